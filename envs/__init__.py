@@ -1,0 +1,34 @@
+"""Environment adapters behind one protocol, and the benchmark registry.
+
+The registry is a plain dict: benchmark name -> "module:attribute" of its
+`BenchmarkSpec`. Imports are lazy so an unused benchmark's heavy deps
+(Java, TextWorld) never load.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from envs.base import SPLITS, BenchmarkSpec, Env, EnvError, StepResult, Task
+
+REGISTRY: dict[str, str] = {
+    "scienceworld": "envs.scienceworld:SPEC",
+}
+
+
+class UnknownBenchmarkError(KeyError):
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0])
+
+
+def get_benchmark(name: str) -> BenchmarkSpec:
+    if name not in REGISTRY:
+        raise UnknownBenchmarkError(
+            f"Unknown benchmark {name!r}. Known: {', '.join(sorted(REGISTRY))}. "
+            "Register a new one in envs/__init__.py."
+        )
+    module, attr = REGISTRY[name].split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+__all__ = ["REGISTRY", "SPLITS", "BenchmarkSpec", "Env", "EnvError", "StepResult", "Task", "get_benchmark", "UnknownBenchmarkError"]

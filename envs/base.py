@@ -1,0 +1,90 @@
+"""The one small protocol every environment adapter implements.
+
+The rollout loop owns history; an env only turns an action string into the next
+observation. An invalid action is an observation, never an exception.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Task:
+    """One episode to play: which benchmark, which split, which instance.
+
+    `expert_actions` is the gold/expert path where the benchmark provides one
+    (filled lazily by the adapter's `expert_actions()` helper when cheap).
+    """
+
+    benchmark: str
+    split: str
+    task_id: str
+    goal: str = ""
+    max_steps: int = 30
+    expert_actions: tuple[str, ...] | None = None
+    meta: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    observation: str
+    reward: float
+    done: bool
+    success: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class EnvError(RuntimeError):
+    """The environment itself broke (JVM died, engine exception).
+
+    Distinct from a bad action: the episode is marked errored, not failed.
+    """
+
+
+@runtime_checkable
+class Env(Protocol):
+    def reset(self, task: Task) -> str:
+        """Start `task`; return the first observation (goal included)."""
+        ...
+
+    def step(self, action: str) -> StepResult: ...
+
+    def close(self) -> None: ...
+
+
+SPLITS = ("train", "seen", "unseen")
+
+
+@runtime_checkable
+class BenchmarkSpec(Protocol):
+    """Everything the flywheel needs to know about one benchmark.
+
+    Lives beside the env so adding a benchmark touches its own package plus one
+    line in the registry (`envs/__init__.py`).
+    """
+
+    name: str
+
+    def load_tasks(self, split: str, *, limit: int | None = None, task_types: tuple[str, ...] | None = None) -> list[Task]:
+        """Tasks of a split (`train`, `seen`, `unseen`), in a fixed order."""
+        ...
+
+    def make_env(self, **options: Any) -> Env: ...
+
+    def system_prompt(self) -> str:
+        """Instructions + action space shown to policy and teacher."""
+        ...
+
+    def expert_actions(self, task: Task) -> list[str]:
+        """A successful action sequence for `task` (gold path / expert / oracle)."""
+        ...
+
+    def normalize_action(self, raw: str) -> str:
+        """Clean a model-written action line into the env's action syntax."""
+        ...
+
+    def describe_action(self, action: str) -> str:
+        """A short natural-language intent for an action, used by the scripted teacher."""
+        ...
