@@ -1,0 +1,1 @@
+"""Software-defined assets, one module per stage. Each is thin: read, call plain code, write, report."""

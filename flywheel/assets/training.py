@@ -1,0 +1,84 @@
+"""SFT checkpoints. Iteration k trains on seeds + curriculum + gated successes of 0..k-1.
+
+The k-1 -> k back-edge is not a declared dependency: Dagster refuses cycles
+between asset keys even across partitions. `sft_checkpoint(k)` therefore reads
+`gated_dataset` of earlier iterations through the store, refuses to run until
+gated_dataset(k-1) exists, and records which gated iterations it used in its
+metadata (visible in the UI).
+"""
+
+
+import time
+from pathlib import Path
+
+import dagster as dg
+
+from flywheel.assets.curriculum import synthetic_curriculum
+from flywheel.partitions import by_benchmark, flywheel_partitions, keys_of
+from flywheel.policy.training import sft_examples, train_sft
+from flywheel.resources import EnvResource, PolicyResource, StoreResource
+from flywheel.store import Store
+from flywheel.trajectory import Trajectory
+
+
+def training_set(db: Store, benchmark: str, iteration: int) -> tuple[list[Trajectory], dict[str, int]]:
+    """Seeds and curriculum, then the gated successes of iterations < k (through the store)."""
+    base = db.load_trajectories(benchmark=benchmark, source="teacher") + db.load_trajectories(
+        benchmark=benchmark, source="synthetic"
+    )
+    gated_ids = db.gated_ids(benchmark, up_to_iteration=iteration - 1) if iteration > 0 else []
+    gated = db.load_trajectories(gated_ids) if gated_ids else []
+    return base + gated, {"seed_or_curriculum": len(base), "gated": len(gated)}
+
+
+@dg.asset(
+    partitions_def=flywheel_partitions,
+    group_name="flywheel",
+    deps=[dg.AssetDep(synthetic_curriculum, partition_mapping=by_benchmark)],
+    kinds={"pytorch"},
+    pool="accelerator",
+)
+def sft_checkpoint(
+    context: dg.AssetExecutionContext, envs: EnvResource, policy: PolicyResource, store: StoreResource
+) -> dg.MaterializeResult:
+    """Fine-tune the base model on the fused quaternions available at iteration k."""
+    benchmark, k = keys_of(context)
+    db = store.get()
+    if k > 0 and (k - 1) not in db.gated_iterations(benchmark):
+        raise dg.Failure(
+            f"sft_checkpoint {benchmark}|{k} needs gated_dataset {benchmark}|{k - 1}: materialize it first "
+            "(or let the iteration sensor do it)."
+        )
+    trajs, counts = training_set(db, benchmark, k)
+    spec = envs.spec(benchmark)
+    instructions = spec.system_prompt()
+    cfg = policy.train_config()
+    examples = sft_examples(trajs, lambda _t: instructions, history_window=cfg.history_window,
+                            max_observation_chars=cfg.max_observation_chars)
+    out = Path(policy.checkpoints_dir) / benchmark / f"k{k}"
+    started = time.monotonic()
+    result = train_sft(policy.base_model_path, examples, out, cfg, progress=context.log.info)
+    checkpoint_id = f"{benchmark}-k{k}-{int(time.time())}"
+    lineage = {"base_model": policy.base_model_path, "iteration": k, "dataset": counts,
+               "gated_iterations": list(range(k)), "examples": result.n_examples}
+    db.record_checkpoint({
+        "checkpoint_id": checkpoint_id, "benchmark": benchmark, "iteration": k, "path": result.path,
+        "base_model": policy.base_model_path, "n_examples": result.n_examples, "n_trajectories": len(trajs),
+        "train_loss": result.train_loss, "lineage": lineage,
+    })
+    return dg.MaterializeResult(metadata={
+        "checkpoint_id": checkpoint_id,
+        "path": dg.MetadataValue.path(result.path),
+        "train_loss": result.train_loss,
+        "train_steps": result.steps,
+        "examples": result.n_examples,
+        "examples_dropped_too_long": result.n_dropped,
+        "trajectories": len(trajs),
+        "seed_or_curriculum_trajectories": counts["seed_or_curriculum"],
+        "gated_trajectories": counts["gated"],
+        "back_edge": (
+            f"trained on gated_dataset iterations {list(range(k))} of {benchmark}, read from the store"
+            if k else "iteration 0: seeds and curriculum only"
+        ),
+        "train_seconds": round(time.monotonic() - started, 1),
+    })

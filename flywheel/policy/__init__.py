@@ -1,0 +1,1 @@
+"""Policy models: preparation, batched inference backends and SFT."""

@@ -1,0 +1,154 @@
+"""Inference backends behind one small interface.
+
+The rollout engine hands a whole batch of chat prompts (one per live episode) to
+`generate`; a backend decides how to batch them. Generation stops at the end of
+the `Action:` line, so the model never writes the next observation itself.
+"""
+
+from __future__ import annotations
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Protocol
+
+Message = dict[str, str]
+_ACTION_LINE = re.compile(r"Action:[^\n]*\S[^\n]*\n")
+
+
+@dataclass(frozen=True)
+class Generation:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class Generator(Protocol):
+    model_id: str
+
+    def generate(
+        self, prompts: list[list[Message]], *, temperature: float, max_new_tokens: int, seed: int | None = None
+    ) -> list[Generation]: ...
+
+
+def cut_after_action(text: str) -> str:
+    """Keep everything up to and including the first complete action line."""
+    m = _ACTION_LINE.search(text)
+    return text[: m.end() - 1] if m else text.strip()
+
+
+class TransformersGenerator:
+    """Batched `model.generate` with left padding and a per-row stop at the action line."""
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        device: str = "cpu",
+        dtype: str = "float32",
+        max_batch_size: int = 8,
+        model_id: str | None = None,
+    ) -> None:
+        from flywheel.policy.models import load_model, load_tokenizer
+
+        self.tokenizer = load_tokenizer(model_path)
+        self.model = load_model(model_path, device=device, dtype=dtype)
+        self.device = device
+        self.max_batch_size = max_batch_size
+        self.model_id = model_id or str(model_path)
+
+    def render(self, messages: list[Message]) -> str:
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    def count_prompt_tokens(self, messages: list[Message]) -> int:
+        return len(self.tokenizer(self.render(messages), add_special_tokens=False)["input_ids"])
+
+    def generate(
+        self, prompts: list[list[Message]], *, temperature: float, max_new_tokens: int, seed: int | None = None
+    ) -> list[Generation]:
+        import torch
+
+        if seed is not None:
+            torch.manual_seed(seed)
+        texts = [self.render(m) for m in prompts]
+        # Similar lengths in one batch waste less padding.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out: list[Generation | None] = [None] * len(texts)
+        for start in range(0, len(order), self.max_batch_size):
+            idx = order[start : start + self.max_batch_size]
+            for i, gen in zip(idx, self._generate_batch([texts[i] for i in idx], temperature, max_new_tokens), strict=True):
+                out[i] = gen
+        return [g for g in out if g is not None]
+
+    def _generate_batch(self, texts: list[str], temperature: float, max_new_tokens: int) -> list[Generation]:
+        import torch
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        tok = self.tokenizer
+        enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
+        prompt_len = enc["input_ids"].shape[1]
+
+        class ActionLineStop(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kwargs):  # type: ignore[override]
+                gen = input_ids[:, prompt_len:]
+                done = [bool(_ACTION_LINE.search(t)) for t in tok.batch_decode(gen, skip_special_tokens=True)]
+                return torch.tensor(done, device=input_ids.device)
+
+        sampling = temperature > 0
+        with torch.inference_mode():
+            seqs = self.model.generate(
+                **enc,
+                max_new_tokens=max_new_tokens,
+                do_sample=sampling,
+                temperature=temperature if sampling else None,
+                top_p=0.95 if sampling else None,
+                top_k=None,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+                stopping_criteria=StoppingCriteriaList([ActionLineStop()]),
+            )
+        results = []
+        prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
+        for row, n_prompt in zip(seqs[:, prompt_len:], prompt_lens, strict=True):
+            ids = row.tolist()
+            if tok.pad_token_id in ids:  # finished rows are padded to the batch's end
+                ids = ids[: ids.index(tok.pad_token_id)] if tok.pad_token_id != tok.eos_token_id else ids
+            if tok.eos_token_id in ids:
+                ids = ids[: ids.index(tok.eos_token_id)]
+            text = cut_after_action(tok.decode(ids, skip_special_tokens=True))
+            results.append(Generation(text=text, prompt_tokens=int(n_prompt), completion_tokens=len(ids)))
+        return results
+
+
+class OpenAICompatibleGenerator:
+    """Any OpenAI-compatible server (vLLM's `api_server`, a hosted model): the GPU seam.
+
+    Requests are sent concurrently; the server does the batching.
+    """
+
+    def __init__(self, *, base_url: str, model: str, api_key: str = "EMPTY", concurrency: int = 16) -> None:
+        from openai import OpenAI
+
+        self.client = OpenAI(base_url=base_url, api_key=api_key)
+        self.model = model
+        self.model_id = f"{base_url}#{model}"
+        self.concurrency = concurrency
+
+    def generate(
+        self, prompts: list[list[Message]], *, temperature: float, max_new_tokens: int, seed: int | None = None
+    ) -> list[Generation]:
+        def one(messages: list[Message]) -> Generation:
+            resp = self.client.chat.completions.create(
+                model=self.model, messages=messages, temperature=temperature,
+                max_tokens=max_new_tokens, seed=seed,
+            )
+            text = cut_after_action(resp.choices[0].message.content or "")
+            usage = resp.usage
+            return Generation(
+                text=text,
+                prompt_tokens=usage.prompt_tokens if usage else 0,
+                completion_tokens=usage.completion_tokens if usage else 0,
+            )
+
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            return list(pool.map(one, prompts))

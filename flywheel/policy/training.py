@@ -1,0 +1,182 @@
+"""Supervised fine-tuning on fused planning quaternions, with TRL's SFTTrainer.
+
+One training example per step: the prompt is the fused context (history keeps
+only p_t and a_t), the completion is the full "Thought/Plan/Action" answer. Loss
+is on the completion only. Examples longer than `max_length` are dropped and
+counted, never truncated (truncation would cut the answer the loss is on).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+from flywheel.prompting import build_messages, format_response, history_from_steps
+from flywheel.trajectory import Trajectory
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: float = 2.0
+    learning_rate: float = 5e-5
+    batch_size: int = 8
+    grad_accum: int = 1
+    max_length: int = 3072
+    max_steps: int = -1
+    lora: bool = False
+    lora_r: int = 16
+    lora_alpha: int = 32
+    seed: int = 0
+    # "shuffle": the usual random order; "given": keep the dataset's order (curriculum).
+    order: Literal["shuffle", "given"] = "shuffle"
+    history_window: int | None = None
+    max_observation_chars: int | None = None
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    path: str
+    n_examples: int
+    n_dropped: int
+    train_loss: float
+    steps: int
+
+
+def sft_examples(
+    trajs: Sequence[Trajectory],
+    instructions: Callable[[Trajectory], str],
+    *,
+    history_window: int | None = None,
+    max_observation_chars: int | None = None,
+) -> list[dict]:
+    """Prompt/completion rows, in the trajectories' order, one per step."""
+    rows = []
+    for tr in trajs:
+        for t, step in enumerate(tr.steps):
+            prompt = build_messages(
+                instructions(tr), tr.initial_observation, history_from_steps(tr.steps, upto=t),
+                history_window=history_window, max_observation_chars=max_observation_chars,
+            )
+            completion = [{"role": "assistant", "content": format_response(step.elaborate, step.plan, step.action)}]
+            rows.append({"prompt": prompt, "completion": completion, "task_id": tr.task_id, "t": t})
+    return rows
+
+
+def _fits(tokenizer, row: dict, max_length: int) -> bool:
+    ids = tokenizer.apply_chat_template(row["prompt"] + row["completion"], tokenize=True)
+    if isinstance(ids, dict):
+        ids = ids["input_ids"]
+    return len(ids) <= max_length
+
+
+def train_sft(
+    base_model: str | Path,
+    examples: list[dict],
+    out_dir: str | Path,
+    cfg: TrainConfig = TrainConfig(),
+    *,
+    progress: Callable[[str], None] = log.info,
+) -> TrainResult:
+    """Fine-tune `base_model` on `examples`; write a plain HF checkpoint to `out_dir` atomically."""
+    import torch
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from flywheel.policy.models import load_tokenizer, require_model
+
+    if not examples:
+        raise ValueError("no training examples: the dataset is empty")
+    base = require_model(base_model)
+    tok = load_tokenizer(base)
+    tok.padding_side = "right"
+    kept = [r for r in examples if _fits(tok, r, cfg.max_length)]
+    dropped = len(examples) - len(kept)
+    if dropped:
+        progress(f"dropped {dropped} example(s) longer than max_length={cfg.max_length}")
+    if not kept:
+        raise ValueError(f"every example is longer than max_length={cfg.max_length}")
+
+    out = Path(out_dir)
+    work = out.with_name(out.name + ".partial")
+    shutil.rmtree(work, ignore_errors=True)
+    dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in kept])
+    args = SFTConfig(
+        output_dir=str(work / "trainer"),
+        num_train_epochs=cfg.epochs,
+        max_steps=cfg.max_steps,
+        learning_rate=cfg.learning_rate,
+        per_device_train_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=cfg.grad_accum,
+        max_length=cfg.max_length,
+        completion_only_loss=True,
+        lr_scheduler_type="cosine",
+        warmup_steps=0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=cfg.seed,
+        use_cpu=not torch.cuda.is_available(),
+        bf16=torch.cuda.is_available(),
+        disable_tqdm=True,
+    )
+    peft_config = None
+    if cfg.lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, target_modules="all-linear", task_type="CAUSAL_LM")
+
+    trainer_cls = SFTTrainer if cfg.order == "shuffle" else _InOrderSFTTrainer()
+    trainer = trainer_cls(
+        model=str(base), args=args, train_dataset=dataset, processing_class=tok, peft_config=peft_config,
+        callbacks=[_ProgressCallback(progress)],
+    )
+    result = trainer.train()
+    model = trainer.model
+    if cfg.lora:
+        model = model.merge_and_unload()
+    model.save_pretrained(work / "model")
+    tok.padding_side = "left"
+    tok.save_pretrained(work / "model")
+    (work / "model" / "training.json").write_text(json.dumps({"config": asdict(cfg), "n_examples": len(kept)}))
+    shutil.rmtree(out, ignore_errors=True)
+    (work / "model").rename(out)
+    shutil.rmtree(work, ignore_errors=True)
+    return TrainResult(
+        path=str(out), n_examples=len(kept), n_dropped=dropped,
+        train_loss=float(result.training_loss), steps=int(result.global_step),
+    )
+
+
+def _InOrderSFTTrainer():
+    """SFTTrainer that walks the dataset in the given order (curriculum), not shuffled."""
+    from torch.utils.data import SequentialSampler
+    from trl import SFTTrainer
+
+    class InOrderSFTTrainer(SFTTrainer):
+        def _get_train_sampler(self, *args, **kwargs):  # noqa: D401 - Trainer hook
+            dataset = args[0] if args else kwargs.get("train_dataset", self.train_dataset)
+            return SequentialSampler(dataset if dataset is not None else self.train_dataset)
+
+    return InOrderSFTTrainer
+
+
+def _progress_callback_base():
+    from transformers import TrainerCallback
+
+    return TrainerCallback
+
+
+class _ProgressCallback(_progress_callback_base()):
+    def __init__(self, progress: Callable[[str], None]) -> None:
+        self.progress = progress
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs:
+            self.progress(f"sft step {state.global_step}/{state.max_steps} loss={logs['loss']:.4f}")

@@ -1,0 +1,193 @@
+"""Batched multi-environment rollouts.
+
+N environments run side by side; at every tick the prompts of all live episodes
+go to the generator as one batch, and the env steps run in parallel threads (the
+JVM / engine calls release the GIL). `parallel_envs=1` is the one-episode-at-a-
+time loop other harnesses use, kept for comparison.
+
+History lives here, not in the env. An env crash (`EnvError`) marks the episode
+errored after `max_env_retries` restarts; errored is not failed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from envs.base import Env, EnvError, StepResult, Task
+from flywheel.policy.inference import Generator
+from flywheel.prompting import INVALID_FORMAT_OBSERVATION, HistoryItem, build_messages, parse_response
+from flywheel.trajectory import Source, Step, Trajectory
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    temperature: float = 0.7
+    max_new_tokens: int = 256
+    parallel_envs: int = 8
+    max_steps: int | None = None  # cap on top of each task's own limit
+    history_window: int | None = None
+    max_observation_chars: int | None = None
+    max_env_retries: int = 2
+    seed: int = 0
+
+
+@dataclass
+class _Episode:
+    task: Task
+    sample: int
+    initial_observation: str
+    history: list[HistoryItem] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    attempts: int = 1
+    last: StepResult | None = None
+
+
+@dataclass
+class _Slot:
+    env: Env | None = None
+    episode: _Episode | None = None
+
+
+def goal_of(task: Task, initial_observation: str) -> str:
+    return task.goal or initial_observation.strip().split("\n", 1)[0][:300]
+
+
+def run_rollouts(
+    jobs: list[tuple[Task, int]],
+    *,
+    make_env: Callable[[], Env],
+    generator: Generator,
+    instructions: str,
+    normalize_action: Callable[[str], str],
+    source: Source = "policy",
+    iteration: int = 0,
+    cfg: RolloutConfig = RolloutConfig(),
+    on_finished: Callable[[list[Trajectory]], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[Trajectory]:
+    """Play every (task, sample) job; return trajectories in job order."""
+    queue: deque[tuple[int, Task, int]] = deque((i, t, s) for i, (t, s) in enumerate(jobs))
+    slots = [_Slot() for _ in range(max(1, min(cfg.parallel_envs, len(jobs))))]
+    order: dict[int, int] = {}
+    results: dict[int, Trajectory] = {}
+    tick = 0
+
+    def finish(slot: _Slot, status: str = "ok", error: str = "") -> None:
+        ep = slot.episode
+        assert ep is not None
+        last = ep.last
+        traj = Trajectory(
+            benchmark=ep.task.benchmark, split=ep.task.split, task_id=ep.task.task_id, source=source,
+            iteration=iteration, sample=ep.sample, goal=goal_of(ep.task, ep.initial_observation),
+            steps=ep.steps, success=bool(last and last.success) and status == "ok",
+            reward=float(last.reward) if last and status == "ok" else 0.0,
+            status=status, error=error, model_id=generator.model_id,
+        )
+        results[order.pop(id(slot))] = traj
+        slot.episode = None
+        if on_finished:
+            on_finished([traj])
+        if progress:
+            progress(len(results), len(jobs))
+
+    def restart_env(slot: _Slot) -> None:
+        if slot.env is not None:
+            try:
+                slot.env.close()
+            except Exception:  # noqa: BLE001 - a dead env may fail to close; we replace it anyway
+                log.debug("closing a broken env failed", exc_info=True)
+        slot.env = make_env()
+
+    def start(slot: _Slot, task: Task, sample: int, attempts: int = 1) -> None:
+        """Reset the slot's env on a task; a crashing env is restarted up to the retry limit."""
+        while True:
+            try:
+                if slot.env is None:
+                    slot.env = make_env()
+                obs = slot.env.reset(task)
+                slot.episode = _Episode(task=task, sample=sample, initial_observation=obs, attempts=attempts)
+                return
+            except EnvError as exc:
+                if attempts > cfg.max_env_retries:
+                    slot.episode = _Episode(task=task, sample=sample, initial_observation="", attempts=attempts)
+                    finish(slot, "errored", f"reset failed: {exc}")
+                    return
+                attempts += 1
+                restart_env(slot)
+
+    def fill() -> None:
+        for slot in slots:
+            while slot.episode is None and queue:
+                idx, task, sample = queue.popleft()
+                order[id(slot)] = idx
+                start(slot, task, sample)
+
+    def step_one(slot: _Slot, action: str) -> StepResult | EnvError:
+        try:
+            assert slot.env is not None
+            return slot.env.step(action)
+        except EnvError as exc:
+            return exc
+
+    with ThreadPoolExecutor(max_workers=len(slots)) as pool:
+        fill()
+        while any(s.episode for s in slots):
+            live = [s for s in slots if s.episode]
+            prompts = [
+                build_messages(
+                    instructions, s.episode.initial_observation, s.episode.history,
+                    history_window=cfg.history_window, max_observation_chars=cfg.max_observation_chars,
+                )
+                for s in live
+            ]
+            gens = generator.generate(
+                prompts, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed + tick
+            )
+            tick += 1
+            parsed = [parse_response(g.text) for g in gens]
+            actions = [normalize_action(p.action) if p.well_formed else "" for p in parsed]
+            futures = [
+                pool.submit(step_one, s, a) if p.well_formed else None
+                for s, p, a in zip(live, parsed, actions, strict=True)
+            ]
+            for slot, gen, resp, action, fut in zip(live, gens, parsed, actions, futures, strict=True):
+                ep = slot.episode
+                assert ep is not None
+                obs_before = ep.history[-1].observation if ep.history else ep.initial_observation
+                if fut is None:
+                    res: StepResult | EnvError = StepResult(INVALID_FORMAT_OBSERVATION, 0.0, False, False, {"invalid": True})
+                else:
+                    res = fut.result()
+                if isinstance(res, EnvError):
+                    if ep.attempts > cfg.max_env_retries:
+                        finish(slot, "errored", f"env crashed: {res}")
+                    else:  # replay from scratch on a fresh env
+                        restart_env(slot)
+                        task, sample, attempts = ep.task, ep.sample, ep.attempts + 1
+                        slot.episode = None
+                        start(slot, task, sample, attempts)
+                    continue
+                ep.last = res
+                ep.steps.append(
+                    Step(
+                        observation=obs_before, elaborate=resp.thought, plan=resp.plan,
+                        action=action if resp.well_formed else resp.action, next_observation=res.observation,
+                        reward=res.reward, done=res.done, invalid=bool(res.info.get("invalid", False)),
+                        prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,
+                    )
+                )
+                ep.history.append(HistoryItem(plan=resp.plan, action=action, observation=res.observation, thought=resp.thought))
+                limit = min(ep.task.max_steps, cfg.max_steps or ep.task.max_steps)
+                if res.done or res.success or len(ep.steps) >= limit:
+                    finish(slot)
+            fill()
+    for slot in slots:
+        if slot.env is not None:
+            slot.env.close()
+    return [results[i] for i in range(len(jobs))]

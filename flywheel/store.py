@@ -1,0 +1,313 @@
+"""DuckDB store for tasks, trajectories, steps, checkpoints and evaluations.
+
+Every write replaces rows by natural key inside one transaction, so re-running a
+partition overwrites it and a killed run leaves either the old rows or the new.
+Connections are short-lived and retried on DuckDB's single-writer file lock, so
+several processes (Dagster's multiprocess executor) can share one file.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from flywheel.trajectory import Step, Trajectory
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS tasks (
+    benchmark VARCHAR, split VARCHAR, task_id VARCHAR, goal VARCHAR, max_steps INTEGER,
+    meta JSON, PRIMARY KEY (benchmark, split, task_id));
+CREATE TABLE IF NOT EXISTS trajectories (
+    traj_id VARCHAR PRIMARY KEY, benchmark VARCHAR, split VARCHAR, iteration INTEGER,
+    source VARCHAR, task_id VARCHAR, sample INTEGER, goal VARCHAR, success BOOLEAN,
+    reward DOUBLE, steps INTEGER, status VARCHAR, error VARCHAR,
+    prompt_tokens BIGINT, completion_tokens BIGINT, model_id VARCHAR, created_at TIMESTAMP);
+CREATE TABLE IF NOT EXISTS steps (
+    traj_id VARCHAR, t INTEGER, observation VARCHAR, elaborate VARCHAR, plan VARCHAR,
+    action VARCHAR, next_observation VARCHAR, reward DOUBLE, done BOOLEAN, invalid BOOLEAN,
+    prompt_tokens INTEGER, completion_tokens INTEGER, PRIMARY KEY (traj_id, t));
+CREATE TABLE IF NOT EXISTS gated (
+    benchmark VARCHAR, iteration INTEGER, traj_id VARCHAR, task_id VARCHAR,
+    PRIMARY KEY (benchmark, iteration, traj_id));
+CREATE TABLE IF NOT EXISTS checkpoints (
+    checkpoint_id VARCHAR PRIMARY KEY, benchmark VARCHAR, iteration INTEGER, path VARCHAR,
+    base_model VARCHAR, n_examples INTEGER, n_trajectories INTEGER, train_loss DOUBLE,
+    lineage JSON, created_at TIMESTAMP);
+CREATE TABLE IF NOT EXISTS evaluations (
+    benchmark VARCHAR, iteration INTEGER, split VARCHAR, checkpoint_id VARCHAR, episodes INTEGER,
+    errored INTEGER, success_rate DOUBLE, avg_reward DOUBLE, mean_steps DOUBLE,
+    tokens_per_step DOUBLE, prompt_tokens_per_step DOUBLE, invalid_action_rate DOUBLE,
+    created_at TIMESTAMP, PRIMARY KEY (benchmark, iteration, split));
+CREATE TABLE IF NOT EXISTS teacher_cache (
+    key VARCHAR PRIMARY KEY, model VARCHAR, response VARCHAR, created_at TIMESTAMP);
+"""
+
+TRAJ_COLUMNS = [
+    "traj_id", "benchmark", "split", "iteration", "source", "task_id", "sample", "goal", "success",
+    "reward", "steps", "status", "error", "prompt_tokens", "completion_tokens", "model_id", "created_at",
+]
+STEP_COLUMNS = [
+    "traj_id", "t", "observation", "elaborate", "plan", "action", "next_observation", "reward",
+    "done", "invalid", "prompt_tokens", "completion_tokens",
+]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _is_lock_error(exc: Exception) -> bool:
+    text = str(exc).lower()
+    return "lock" in text or "conflict" in text
+
+
+class Store:
+    """Plain DuckDB store; the Dagster resource only builds one of these."""
+
+    def __init__(self, path: str | Path, *, lock_timeout_s: float = 120.0) -> None:
+        self.path = Path(path)
+        self.lock_timeout_s = lock_timeout_s
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.connect() as con:
+            con.execute(SCHEMA)
+
+    @contextmanager
+    def connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        deadline = time.monotonic() + self.lock_timeout_s
+        delay = 0.05
+        while True:
+            try:
+                con = duckdb.connect(str(self.path))
+                break
+            except duckdb.IOException as exc:  # another process holds the write lock
+                if not _is_lock_error(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay + random.random() * delay)
+                delay = min(delay * 2, 2.0)
+        try:
+            yield con
+        finally:
+            con.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        with self.connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                yield con
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> pl.DataFrame:
+        with self.connect() as con:
+            return con.execute(sql, params or []).pl()
+
+    # -- tasks ---------------------------------------------------------------
+    def upsert_tasks(self, rows: list[dict[str, Any]]) -> int:
+        if not rows:
+            return 0
+        df = pl.DataFrame(
+            [
+                {
+                    "benchmark": r["benchmark"], "split": r["split"], "task_id": r["task_id"],
+                    "goal": r.get("goal", ""), "max_steps": int(r.get("max_steps", 0)),
+                    "meta": json.dumps(r.get("meta", {}), default=str),
+                }
+                for r in rows
+            ]
+        )
+        with self.transaction() as con:
+            con.register("new_tasks", df.to_arrow())
+            con.execute(
+                "DELETE FROM tasks USING new_tasks WHERE tasks.benchmark = new_tasks.benchmark "
+                "AND tasks.split = new_tasks.split AND tasks.task_id = new_tasks.task_id"
+            )
+            con.execute("INSERT INTO tasks SELECT * FROM new_tasks")
+        return len(rows)
+
+    # -- trajectories ----------------------------------------------------------
+    @staticmethod
+    def frames(trajs: Sequence[Trajectory]) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Column-oriented frames for a bulk insert (one Arrow batch, not row-by-row)."""
+        now = _now()
+        traj_rows, step_rows = [], []
+        for tr in trajs:
+            tid = tr.traj_id
+            traj_rows.append(
+                (tid, tr.benchmark, tr.split, tr.iteration, tr.source, tr.task_id, tr.sample, tr.goal,
+                 tr.success, float(tr.reward), len(tr.steps), tr.status, tr.error,
+                 sum(s.prompt_tokens for s in tr.steps), sum(s.completion_tokens for s in tr.steps),
+                 tr.model_id, now)
+            )
+            for t, s in enumerate(tr.steps):
+                step_rows.append(
+                    (tid, t, s.observation, s.elaborate, s.plan, s.action, s.next_observation,
+                     float(s.reward), s.done, s.invalid, s.prompt_tokens, s.completion_tokens)
+                )
+        traj_schema = {
+            "traj_id": pl.Utf8, "benchmark": pl.Utf8, "split": pl.Utf8, "iteration": pl.Int32,
+            "source": pl.Utf8, "task_id": pl.Utf8, "sample": pl.Int32, "goal": pl.Utf8,
+            "success": pl.Boolean, "reward": pl.Float64, "steps": pl.Int32, "status": pl.Utf8,
+            "error": pl.Utf8, "prompt_tokens": pl.Int64, "completion_tokens": pl.Int64,
+            "model_id": pl.Utf8, "created_at": pl.Datetime("us"),
+        }
+        step_schema = {
+            "traj_id": pl.Utf8, "t": pl.Int32, "observation": pl.Utf8, "elaborate": pl.Utf8,
+            "plan": pl.Utf8, "action": pl.Utf8, "next_observation": pl.Utf8, "reward": pl.Float64,
+            "done": pl.Boolean, "invalid": pl.Boolean, "prompt_tokens": pl.Int32,
+            "completion_tokens": pl.Int32,
+        }
+        return (
+            pl.DataFrame(traj_rows, schema=traj_schema, orient="row"),
+            pl.DataFrame(step_rows, schema=step_schema, orient="row"),
+        )
+
+    def write_trajectories(
+        self, trajs: Sequence[Trajectory], *, replace_scope: dict[str, Any] | None = None
+    ) -> int:
+        """Insert trajectories, replacing same-key rows (and the whole `replace_scope`, if given).
+
+        `replace_scope` (e.g. benchmark/iteration/source/split) deletes a partition's
+        previous rows first, so a re-run replaces the partition instead of adding to it.
+        """
+        traj_df, step_df = self.frames(trajs)
+        with self.transaction() as con:
+            if replace_scope:
+                where = " AND ".join(f"{k} = ?" for k in replace_scope)
+                params = list(replace_scope.values())
+                con.execute(
+                    f"DELETE FROM steps WHERE traj_id IN (SELECT traj_id FROM trajectories WHERE {where})",
+                    params,
+                )
+                con.execute(f"DELETE FROM trajectories WHERE {where}", params)
+            con.register("new_traj", traj_df.to_arrow())
+            con.register("new_steps", step_df.to_arrow())
+            con.execute("DELETE FROM steps WHERE traj_id IN (SELECT traj_id FROM new_traj)")
+            con.execute("DELETE FROM trajectories WHERE traj_id IN (SELECT traj_id FROM new_traj)")
+            con.execute("INSERT INTO trajectories SELECT * FROM new_traj")
+            con.execute("INSERT INTO steps SELECT * FROM new_steps")
+        return len(trajs)
+
+    def delete_trajectories(self, **scope: Any) -> None:
+        where = " AND ".join(f"{k} = ?" for k in scope)
+        with self.transaction() as con:
+            con.execute(
+                f"DELETE FROM steps WHERE traj_id IN (SELECT traj_id FROM trajectories WHERE {where})",
+                list(scope.values()),
+            )
+            con.execute(f"DELETE FROM trajectories WHERE {where}", list(scope.values()))
+
+    def trajectory_table(self, **scope: Any) -> pl.DataFrame:
+        where = " AND ".join(f"{k} = ?" for k in scope) or "TRUE"
+        return self.query(f"SELECT * FROM trajectories WHERE {where} ORDER BY traj_id", list(scope.values()))
+
+    def load_trajectories(self, traj_ids: Sequence[str] | None = None, **scope: Any) -> list[Trajectory]:
+        """Trajectories with their steps, by id list or by column scope."""
+        if traj_ids is not None:
+            meta = self.query(
+                "SELECT * FROM trajectories WHERE traj_id IN (SELECT unnest(?)) ORDER BY traj_id",
+                [list(traj_ids)],
+            )
+        else:
+            meta = self.trajectory_table(**scope)
+        if meta.is_empty():
+            return []
+        steps = self.query(
+            "SELECT * FROM steps WHERE traj_id IN (SELECT unnest(?)) ORDER BY traj_id, t",
+            [meta["traj_id"].to_list()],
+        )
+        by_id: dict[str, list[Step]] = {}
+        for row in steps.iter_rows(named=True):
+            by_id.setdefault(row["traj_id"], []).append(
+                Step(
+                    observation=row["observation"], elaborate=row["elaborate"], plan=row["plan"],
+                    action=row["action"], next_observation=row["next_observation"],
+                    reward=row["reward"], done=row["done"], invalid=row["invalid"],
+                    prompt_tokens=row["prompt_tokens"], completion_tokens=row["completion_tokens"],
+                )
+            )
+        return [
+            Trajectory(
+                benchmark=r["benchmark"], split=r["split"], task_id=r["task_id"], source=r["source"],
+                iteration=r["iteration"], sample=r["sample"], goal=r["goal"],
+                steps=by_id.get(r["traj_id"], []), success=r["success"], reward=r["reward"],
+                status=r["status"], error=r["error"], model_id=r["model_id"],
+            )
+            for r in meta.iter_rows(named=True)
+        ]
+
+    # -- gate ----------------------------------------------------------------
+    def write_gated(self, benchmark: str, iteration: int, rows: list[tuple[str, str]]) -> None:
+        df = pl.DataFrame(
+            {"benchmark": [benchmark] * len(rows), "iteration": [iteration] * len(rows),
+             "traj_id": [r[0] for r in rows], "task_id": [r[1] for r in rows]},
+            schema={"benchmark": pl.Utf8, "iteration": pl.Int32, "traj_id": pl.Utf8, "task_id": pl.Utf8},
+        )
+        with self.transaction() as con:
+            con.execute("DELETE FROM gated WHERE benchmark = ? AND iteration = ?", [benchmark, iteration])
+            con.register("new_gated", df.to_arrow())
+            con.execute("INSERT INTO gated SELECT * FROM new_gated")
+
+    def gated_ids(self, benchmark: str, *, up_to_iteration: int) -> list[str]:
+        df = self.query(
+            "SELECT traj_id FROM gated WHERE benchmark = ? AND iteration <= ? ORDER BY iteration, traj_id",
+            [benchmark, up_to_iteration],
+        )
+        return df["traj_id"].to_list()
+
+    def gated_iterations(self, benchmark: str) -> list[int]:
+        df = self.query("SELECT DISTINCT iteration FROM gated WHERE benchmark = ? ORDER BY 1", [benchmark])
+        return df["iteration"].to_list()
+
+    # -- checkpoints and evaluations -------------------------------------------
+    def record_checkpoint(self, row: dict[str, Any]) -> None:
+        row = {**row, "lineage": json.dumps(row.get("lineage", {}), default=str), "created_at": _now()}
+        cols = ["checkpoint_id", "benchmark", "iteration", "path", "base_model", "n_examples",
+                "n_trajectories", "train_loss", "lineage", "created_at"]
+        with self.transaction() as con:
+            con.execute("DELETE FROM checkpoints WHERE checkpoint_id = ?", [row["checkpoint_id"]])
+            con.execute(
+                f"INSERT INTO checkpoints ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+                [row.get(c) for c in cols],
+            )
+
+    def latest_checkpoint(self, benchmark: str, iteration: int) -> dict[str, Any] | None:
+        df = self.query(
+            "SELECT * FROM checkpoints WHERE benchmark = ? AND iteration = ? ORDER BY created_at DESC LIMIT 1",
+            [benchmark, iteration],
+        )
+        return None if df.is_empty() else df.row(0, named=True)
+
+    def write_evaluation(self, row: dict[str, Any]) -> None:
+        row = {**row, "created_at": _now()}
+        cols = list(row)
+        with self.transaction() as con:
+            con.execute(
+                "DELETE FROM evaluations WHERE benchmark = ? AND iteration = ? AND split = ?",
+                [row["benchmark"], row["iteration"], row["split"]],
+            )
+            con.execute(
+                f"INSERT INTO evaluations ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+                [row[c] for c in cols],
+            )
+
+    # -- teacher cache ---------------------------------------------------------
+    def cache_get(self, key: str) -> str | None:
+        df = self.query("SELECT response FROM teacher_cache WHERE key = ?", [key])
+        return None if df.is_empty() else df["response"][0]
+
+    def cache_put(self, key: str, model: str, response: str) -> None:
+        with self.transaction() as con:
+            con.execute("DELETE FROM teacher_cache WHERE key = ?", [key])
+            con.execute("INSERT INTO teacher_cache VALUES (?, ?, ?, ?)", [key, model, response, _now()])

@@ -1,0 +1,33 @@
+"""The teacher interface shared by the scripted and the OpenAI-compatible teacher."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from flywheel.trajectory import Trajectory
+
+
+@dataclass(frozen=True)
+class Annotation:
+    elaborate: str  # e_t: multi-sentence analysis
+    plan: str  # p_t: one or two sentences
+
+
+class TeacherError(RuntimeError):
+    """The teacher could not produce a usable annotation (after retries)."""
+
+
+class Teacher(Protocol):
+    name: str  # recorded in metadata, e.g. "scripted" or "openai:gpt-4o"
+
+    def annotate(self, traj: Trajectory, instructions: str) -> list[Annotation]:
+        """One (e_t, p_t) per step of an expert trajectory whose actions and observations are filled."""
+        ...
+
+
+def apply_annotations(traj: Trajectory, notes: list[Annotation], source: str = "teacher") -> Trajectory:
+    if len(notes) != len(traj.steps):
+        raise TeacherError(f"teacher returned {len(notes)} annotations for {len(traj.steps)} steps")
+    steps = [replace(s, elaborate=n.elaborate, plan=n.plan) for s, n in zip(traj.steps, notes, strict=True)]
+    return replace(traj, steps=steps, source=source)

@@ -1,0 +1,63 @@
+"""Offline default teacher: honest thoughts written from privileged structure.
+
+It knows the goal, the remaining expert path and what each observation changed,
+and phrases them through the env's own `describe_action`. It never claims to be
+an LLM: metadata labels its output "scripted".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from flywheel.teacher.base import Annotation
+from flywheel.trajectory import Trajectory
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+
+
+def _first_sentence(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    first = _SENTENCE.split(text, 1)[0] if text else ""
+    return first if len(first) <= limit else first[:limit].rstrip() + "..."
+
+
+def _novel_part(before: str, after: str) -> str:
+    """The part of `after` that was not already in `before`, as one short sentence."""
+    seen = {s.strip() for s in _SENTENCE.split(" ".join(before.split()))}
+    fresh = [s for s in _SENTENCE.split(" ".join(after.split())) if s.strip() and s.strip() not in seen]
+    return _first_sentence(" ".join(fresh) or after)
+
+
+class ScriptedTeacher:
+    name = "scripted"
+
+    def __init__(self, describe_action: Callable[[str], str], *, lookahead: int = 2) -> None:
+        self.describe = describe_action
+        self.lookahead = lookahead
+
+    def annotate(self, traj: Trajectory, instructions: str) -> list[Annotation]:
+        actions = [s.action for s in traj.steps]
+        total = len(actions)
+        goal = traj.goal.strip() or _first_sentence(traj.initial_observation, 240)
+        notes = []
+        for t, step in enumerate(traj.steps):
+            intent = self.describe(step.action)
+            upcoming = [self.describe(a) for a in actions[t + 1 : t + 1 + self.lookahead]]
+            if t == 0:
+                situation = f"I am starting the task. My goal: {goal}"
+                progress = f"I expect about {total} steps."
+            else:
+                prev = traj.steps[t - 1]
+                situation = (
+                    f"After '{prev.action}' the environment said: \"{_novel_part(prev.observation, step.observation)}\""
+                )
+                progress = f"That was step {t} of roughly {total}; the goal is still: {goal}"
+            if upcoming:
+                why = f"This sets up what comes next: {'; then '.join(upcoming)}."
+            else:
+                why = "This should be the final step that completes the goal."
+            elaborate = f"{situation} {progress} Next I need to {intent}. {why}"
+            plan = f"Now: {intent}." + (f" Then: {upcoming[0]}." if upcoming else " That finishes the task.")
+            notes.append(Annotation(elaborate=elaborate, plan=plan))
+        return notes
