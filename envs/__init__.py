@@ -12,7 +12,9 @@ import importlib
 from envs.base import SPLITS, BenchmarkSpec, Env, EnvError, StepResult, Task
 
 REGISTRY: dict[str, str] = {
+    "alfworld": "envs.alfworld:SPEC",
     "scienceworld": "envs.scienceworld:SPEC",
+    "webshop": "envs.webshop:SPEC",
 }
 
 

@@ -111,7 +111,7 @@ class Store:
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pl.DataFrame:
         with self.connect() as con:
-            return con.execute(sql, params or []).pl()
+            return pl.from_arrow(con.execute(sql, params or []).to_arrow_reader().read_all())  # type: ignore[return-value]
 
     # -- tasks ---------------------------------------------------------------
     def upsert_tasks(self, rows: list[dict[str, Any]]) -> int:

@@ -1,0 +1,124 @@
+"""WebShop (text mode) as a flywheel benchmark.
+
+Splits: WebShop has one test set, so "seen", "unseen" and "test" all give the same 200
+held-out goals (papers report a single WebShop column); "train" gives the rest. With
+the original human-instruction data the ETO index files (shared data
+`splits/eto/webshop_{test,train}_indices.json`) define them; otherwise the first 200
+goals of the seed-233 shuffled goal list are the test set. `task_types` filters by
+the goal's broad category (the stand-in uses beauty, electronics, fashion, furniture,
+grocery; original data uses its own `category` values).
+
+Which data ran is never implicit: `SPEC.catalog_name`, every `Task.meta["catalog"]`
+and every step's `info["catalog"]` say "original WebShop data" or
+"stand-in catalog (built from items_ins_v2_1000.json)".
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Any
+
+from envs.base import Task
+from envs.webshop.catalog import CATALOG_ORIGINAL, CATALOG_STANDIN, Catalog, load_catalog
+from envs.webshop.env import WebShopEnv, engine_for, goal_index
+from envs.webshop.oracle import OraclePlan, plan
+from envs.webshop.prompts import describe_action, normalize_action, system_prompt
+
+MAX_STEPS = 10  # ETO protocol
+TEST_SPLITS = ("seen", "unseen", "test")
+
+
+class WebShopSpec:
+    """BenchmarkSpec for WebShop; data loads lazily on first use."""
+
+    name = "webshop"
+
+    def __init__(self, data_path: str | os.PathLike[str] | None = None, max_steps: int = MAX_STEPS) -> None:
+        self.data_path = data_path
+        self.max_steps = max_steps
+        self._plans: dict[tuple[str, int], OraclePlan] = {}
+        self._query_kinds: Counter[str] = Counter()
+
+    @property
+    def catalog(self) -> Catalog:
+        return load_catalog(self.data_path)
+
+    @property
+    def catalog_name(self) -> str:
+        return self.catalog.name
+
+    def load_tasks(
+        self, split: str, *, limit: int | None = None, task_types: tuple[str, ...] | None = None
+    ) -> list[Task]:
+        catalog = self.catalog
+        if split in TEST_SPLITS:
+            indices = catalog.test_indices
+        elif split == "train":
+            indices = catalog.train_indices
+        else:
+            raise ValueError(f"Unknown WebShop split {split!r}; use 'train', 'seen', 'unseen' or 'test'")
+        tasks = []
+        for i in indices:
+            goal = catalog.goals[i]
+            if task_types and goal.category not in task_types:
+                continue
+            tasks.append(
+                Task(
+                    benchmark=self.name,
+                    split=split,
+                    task_id=f"goal-{i}",
+                    goal=goal.instruction_text,
+                    max_steps=self.max_steps,
+                    meta={
+                        "catalog": catalog.name,
+                        "catalog_fingerprint": catalog.fingerprint,
+                        "goal_index": i,
+                        "asin": goal.asin,
+                        "category": goal.category,
+                        "query": goal.query,
+                        "attributes": list(goal.attributes),
+                        "goal_options": goal.goal_options,
+                        "price_upper": goal.price_upper,
+                    },
+                )
+            )
+            if limit is not None and len(tasks) >= limit:
+                break
+        return tasks
+
+    def make_env(self, **options: Any) -> WebShopEnv:
+        """Options: data_path, num_products, search_anywhere, invalid_feedback."""
+        if "data_path" not in options and "catalog" not in options:
+            options["catalog"] = self.catalog
+        return WebShopEnv(**options)
+
+    def system_prompt(self) -> str:
+        return system_prompt(self.max_steps)
+
+    def expert_plan(self, task: Task) -> OraclePlan:
+        catalog = self.catalog
+        key = (catalog.fingerprint, goal_index(task))
+        if key not in self._plans:
+            found = plan(catalog, engine_for(catalog), catalog.goals[key[1]], max_steps=task.max_steps)
+            self._plans[key] = found
+            self._query_kinds[found.query_kind] += 1
+        return self._plans[key]
+
+    def expert_actions(self, task: Task) -> list[str]:
+        return list(self.expert_plan(task).actions)
+
+    def expert_stats(self) -> dict[str, int]:
+        """How many planned goals needed which query (instruction / attributes / title / not_found)."""
+        return dict(self._query_kinds)
+
+    def normalize_action(self, raw: str) -> str:
+        return normalize_action(raw)
+
+    def describe_action(self, action: str) -> str:
+        return describe_action(action)
+
+
+SPEC = WebShopSpec()
+
+__all__ = ["CATALOG_ORIGINAL", "CATALOG_STANDIN", "MAX_STEPS", "SPEC", "WebShopEnv", "WebShopSpec"]
