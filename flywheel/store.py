@@ -38,6 +38,9 @@ CREATE TABLE IF NOT EXISTS steps (
 CREATE TABLE IF NOT EXISTS gated (
     benchmark VARCHAR, iteration INTEGER, traj_id VARCHAR, task_id VARCHAR,
     PRIMARY KEY (benchmark, iteration, traj_id));
+CREATE TABLE IF NOT EXISTS gate_runs (
+    benchmark VARCHAR, iteration INTEGER, candidates INTEGER, passed INTEGER, created_at TIMESTAMP,
+    PRIMARY KEY (benchmark, iteration));
 CREATE TABLE IF NOT EXISTS checkpoints (
     checkpoint_id VARCHAR PRIMARY KEY, benchmark VARCHAR, iteration INTEGER, path VARCHAR,
     base_model VARCHAR, n_examples INTEGER, n_trajectories INTEGER, train_loss DOUBLE,
@@ -111,7 +114,7 @@ class Store:
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pl.DataFrame:
         with self.connect() as con:
-            return pl.from_arrow(con.execute(sql, params or []).to_arrow_reader().read_all())  # type: ignore[return-value]
+            return pl.from_arrow(con.sql(sql, params=params or None).to_arrow_table())  # type: ignore[return-value]
 
     # -- tasks ---------------------------------------------------------------
     def upsert_tasks(self, rows: list[dict[str, Any]]) -> int:
@@ -248,7 +251,10 @@ class Store:
         ]
 
     # -- gate ----------------------------------------------------------------
-    def write_gated(self, benchmark: str, iteration: int, rows: list[tuple[str, str]]) -> None:
+    def write_gated(
+        self, benchmark: str, iteration: int, rows: list[tuple[str, str]], *, candidates: int = 0
+    ) -> None:
+        """Replace iteration k's gated rows and log that the gate ran (even when nothing passed)."""
         df = pl.DataFrame(
             {"benchmark": [benchmark] * len(rows), "iteration": [iteration] * len(rows),
              "traj_id": [r[0] for r in rows], "task_id": [r[1] for r in rows]},
@@ -258,6 +264,8 @@ class Store:
             con.execute("DELETE FROM gated WHERE benchmark = ? AND iteration = ?", [benchmark, iteration])
             con.register("new_gated", df.to_arrow())
             con.execute("INSERT INTO gated SELECT * FROM new_gated")
+            con.execute("DELETE FROM gate_runs WHERE benchmark = ? AND iteration = ?", [benchmark, iteration])
+            con.execute("INSERT INTO gate_runs VALUES (?, ?, ?, ?, ?)", [benchmark, iteration, candidates, len(rows), _now()])
 
     def gated_ids(self, benchmark: str, *, up_to_iteration: int) -> list[str]:
         df = self.query(
@@ -267,7 +275,8 @@ class Store:
         return df["traj_id"].to_list()
 
     def gated_iterations(self, benchmark: str) -> list[int]:
-        df = self.query("SELECT DISTINCT iteration FROM gated WHERE benchmark = ? ORDER BY 1", [benchmark])
+        """Iterations whose gate has run, whether or not anything passed."""
+        df = self.query("SELECT iteration FROM gate_runs WHERE benchmark = ? ORDER BY 1", [benchmark])
         return df["iteration"].to_list()
 
     # -- checkpoints and evaluations -------------------------------------------

@@ -65,7 +65,7 @@ def gated_dataset(context: dg.AssetExecutionContext, store: StoreResource) -> dg
     seeds = db.load_trajectories(benchmark=benchmark, source="teacher")
     already = [(t.task_id, t.actions) for t in earlier + seeds]
     passed, stats = reward_gate(candidates, already=already)
-    db.write_gated(benchmark, k, [(t.traj_id, t.task_id) for t in passed])
+    db.write_gated(benchmark, k, [(t.traj_id, t.task_id) for t in passed], candidates=stats.candidates)
     return dg.MaterializeResult(metadata={
         "candidates": stats.candidates, "passed": stats.passed, "failed": stats.failed,
         "errored": stats.errored, "duplicates_dropped": stats.duplicates,

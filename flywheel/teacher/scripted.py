@@ -45,19 +45,13 @@ class ScriptedTeacher:
             intent = self.describe(step.action)
             upcoming = [self.describe(a) for a in actions[t + 1 : t + 1 + self.lookahead]]
             if t == 0:
-                situation = f"I am starting the task. My goal: {goal}"
-                progress = f"I expect about {total} steps."
+                situation = f"Goal: {goal} I expect about {total} steps."
             else:
                 prev = traj.steps[t - 1]
-                situation = (
-                    f"After '{prev.action}' the environment said: \"{_novel_part(prev.observation, step.observation)}\""
-                )
-                progress = f"That was step {t} of roughly {total}; the goal is still: {goal}"
-            if upcoming:
-                why = f"This sets up what comes next: {'; then '.join(upcoming)}."
-            else:
-                why = "This should be the final step that completes the goal."
-            elaborate = f"{situation} {progress} Next I need to {intent}. {why}"
-            plan = f"Now: {intent}." + (f" Then: {upcoming[0]}." if upcoming else " That finishes the task.")
+                seen = _novel_part(prev.observation, step.observation)
+                situation = f"'{prev.action}' gave: \"{seen}\" This is step {t + 1} of about {total}."
+            why = f"After that: {'; then '.join(upcoming)}." if upcoming else "That should complete the goal."
+            elaborate = f"{situation} Now I need to {intent}. {why}"
+            plan = f"{intent[0].upper()}{intent[1:]}." + (f" Then {upcoming[0]}." if upcoming else " Done after that.")
             notes.append(Annotation(elaborate=elaborate, plan=plan))
         return notes

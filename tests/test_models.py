@@ -1,0 +1,40 @@
+"""Tiny local model: tokenizer, chat template with generation markers, batched generation that stops."""
+
+import pytest
+
+from flywheel.policy.inference import TransformersGenerator, cut_after_action
+from flywheel.policy.models import ModelNotFoundError, build_tiny_model, load_tokenizer, require_model
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "m", vocab_size=400)
+
+
+def test_chat_template_marks_assistant_for_loss(tiny):
+    tok = load_tokenizer(tiny)
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Action: look"}]
+    out = tok.apply_chat_template(msgs, return_assistant_tokens_mask=True, return_dict=True)
+    masked = [i for i, m in zip(out["input_ids"], out["assistant_masks"], strict=True) if m]
+    assert "Action: look" in tok.decode(masked)
+    assert "hi" not in tok.decode(masked)
+    assert tok.padding_side == "left"
+
+
+def test_batched_generation_counts_tokens(tiny):
+    gen = TransformersGenerator(str(tiny), max_batch_size=2)
+    prompts = [[{"role": "user", "content": "x" * n}] for n in (5, 50, 20)]
+    outs = gen.generate(prompts, temperature=0.8, max_new_tokens=8, seed=0)
+    assert len(outs) == 3
+    assert [o.prompt_tokens for o in outs] == [gen.count_prompt_tokens(p) for p in prompts]
+    assert all(0 <= o.completion_tokens <= 8 for o in outs)
+
+
+def test_cut_after_action():
+    assert cut_after_action("Thought: a\nPlan: b\nAction: go north\nObservation: fake") == "Thought: a\nPlan: b\nAction: go north"
+    assert cut_after_action("no action here") == "no action here"
+
+
+def test_missing_model_names_the_fix(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="make model"):
+        require_model(tmp_path / "nope")

@@ -1,0 +1,67 @@
+import json
+
+import pytest
+
+from flywheel.store import Store
+from flywheel.teacher import OpenAITeacher, ScriptedTeacher, TeacherError
+from flywheel.teacher.base import apply_annotations
+from tests.openai_stub import StubServer
+from tests.test_store import make_traj
+
+SECRET = "sk-test-SECRET-abcdef123456"
+
+
+def good_answer(n: int) -> str:
+    return "```json\n" + json.dumps({"steps": [{"thought": f"think {i}. more.", "plan": f"plan {i}"} for i in range(n)]}) + "\n```"
+
+
+def test_scripted_teacher_is_informative():
+    traj = make_traj(n=3)
+    notes = ScriptedTeacher(lambda a: f"do {a}").annotate(traj, "instr")
+    assert len(notes) == 3
+    assert "g" in notes[0].elaborate and "do a0" in notes[0].elaborate and "do a1" in notes[0].elaborate
+    assert "a0" in notes[1].elaborate and "o1" in notes[1].elaborate  # what the last action changed
+    assert notes[2].plan.startswith("Do a2") and "complete" in notes[2].elaborate
+    assert all(len(n.plan) < len(n.elaborate) for n in notes)  # short plan, long thought
+    annotated = apply_annotations(traj, notes)
+    assert annotated.source == "teacher" and annotated.steps[1].plan == notes[1].plan
+
+
+def test_openai_teacher_retries_5xx_and_429_then_caches(tmp_path):
+    store = Store(tmp_path / "s.duckdb")
+    with StubServer([(500, "boom"), (429, "slow down"), (200, good_answer(3))]) as srv:
+        teacher = OpenAITeacher(base_url=srv.base_url, model="m", api_key=SECRET, cache=store, sleep=lambda s: None)
+        notes = teacher.annotate(make_traj(n=3), "instr")
+        assert [n.plan for n in notes] == ["plan 0", "plan 1", "plan 2"]
+        assert len(srv.requests) == 3
+        again = teacher.annotate(make_traj(n=3), "instr")  # same request: from the cache, no new call
+        assert again == notes and len(srv.requests) == 3
+        assert {k.lower(): v for k, v in srv.headers[0].items()}["authorization"] == f"Bearer {SECRET}"
+
+
+def test_openai_teacher_gives_up_with_clear_error_and_no_secret(tmp_path):
+    with StubServer([(503, f"overloaded, key {SECRET}")]) as srv:
+        teacher = OpenAITeacher(base_url=srv.base_url, model="m", api_key=SECRET, max_retries=2, sleep=lambda s: None)
+        with pytest.raises(TeacherError) as err:
+            teacher.annotate(make_traj(n=2), "instr")
+        assert len(srv.requests) == 3
+        assert "after 3 attempt" in str(err.value) and SECRET not in str(err.value)
+
+
+def test_openai_teacher_does_not_retry_client_errors():
+    with StubServer([(400, "bad request")]) as srv:
+        teacher = OpenAITeacher(base_url=srv.base_url, model="m", api_key="k", sleep=lambda s: None)
+        with pytest.raises(TeacherError):
+            teacher.annotate(make_traj(n=2), "instr")
+        assert len(srv.requests) == 1
+
+
+def test_malformed_teacher_answer_is_a_clear_error():
+    with StubServer([(200, "I cannot do JSON today")]) as srv:
+        teacher = OpenAITeacher(base_url=srv.base_url, model="m", api_key="k", sleep=lambda s: None)
+        with pytest.raises(TeacherError, match="malformed"):
+            teacher.annotate(make_traj(n=2), "instr")
+    with StubServer([(200, good_answer(1))]) as srv:
+        teacher = OpenAITeacher(base_url=srv.base_url, model="m", api_key="k", sleep=lambda s: None)
+        with pytest.raises(TeacherError, match="1 annotations for 2"):
+            teacher.annotate(make_traj(n=2), "instr")
