@@ -70,10 +70,8 @@ def sft_examples(
 
 
 def _fits(tokenizer, row: dict, max_length: int) -> bool:
-    ids = tokenizer.apply_chat_template(row["prompt"] + row["completion"], tokenize=True)
-    if isinstance(ids, dict):
-        ids = ids["input_ids"]
-    return len(ids) <= max_length
+    text = tokenizer.apply_chat_template(row["prompt"] + row["completion"], tokenize=False)
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= max_length
 
 
 def train_sft(
