@@ -37,6 +37,7 @@ def demo_resources(args: argparse.Namespace) -> dict:
             epochs=args.epochs, learning_rate=args.lr, batch_size=args.batch_size,
             samples_per_task=args.samples, temperature=0.7, max_new_tokens=args.max_new_tokens,
             parallel_envs=args.parallel_envs, max_batch_size=args.parallel_envs, dtype=args.dtype,
+            torch_threads=args.torch_threads,
             history_window=args.history_window, max_observation_chars=args.max_observation_chars,
         ),
     }
@@ -106,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--max-new-tokens", type=int, default=160)
     demo.add_argument("--parallel-envs", type=int, default=8)
     demo.add_argument("--dtype", default="bfloat16")
+    demo.add_argument("--torch-threads", type=int, default=0, help="0 = torch default; 1 on a busy machine")
     demo.add_argument("--history-window", type=int, default=6)
     demo.add_argument("--max-observation-chars", type=int, default=400)
     demo.set_defaults(fn=cmd_demo)

@@ -48,9 +48,11 @@ class TransformersGenerator:
         dtype: str = "float32",
         max_batch_size: int = 8,
         model_id: str | None = None,
+        num_threads: int = 0,
     ) -> None:
-        from flywheel.policy.models import load_model, load_tokenizer
+        from flywheel.policy.models import load_model, load_tokenizer, set_threads
 
+        set_threads(num_threads)
         self.tokenizer = load_tokenizer(model_path)
         self.model = load_model(model_path, device=device, dtype=dtype)
         self.device = device

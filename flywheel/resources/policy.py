@@ -4,6 +4,7 @@ from flywheel.policy.inference import Generator, OpenAICompatibleGenerator, Tran
 from flywheel.policy.training import TrainConfig
 from flywheel.rollout import RolloutConfig
 from flywheel.settings import default_base_model, runs_dir
+from flywheel.validation import check_model_path, check_positive
 
 
 class PolicyResource(dg.ConfigurableResource):
@@ -28,6 +29,14 @@ class PolicyResource(dg.ConfigurableResource):
     history_window: int | None = None
     max_observation_chars: int | None = None
     seed: int = 0
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Fail fast, naming the fix, when the base model is missing and this run trains."""
+        check_positive(self.samples_per_task, "policy.samples_per_task")
+        run = context.dagster_run
+        selection = run.asset_selection if run is not None else None
+        if selection is None or dg.AssetKey("sft_checkpoint") in selection:
+            check_model_path(self.base_model_path)
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(
@@ -55,11 +64,12 @@ class TransformersPolicy(PolicyResource):
     device: str = "cpu"
     dtype: str = "float32"
     max_batch_size: int = 8
+    torch_threads: int = 0  # 0 = torch default; 1 avoids thread thrash on a busy small CPU
 
     def generator(self, checkpoint_path: str, checkpoint_id: str) -> Generator:
         return TransformersGenerator(
             checkpoint_path, device=self.device, dtype=self.dtype, max_batch_size=self.max_batch_size,
-            model_id=checkpoint_id,
+            model_id=checkpoint_id, num_threads=self.torch_threads,
         )
 
 

@@ -1,0 +1,76 @@
+"""Benchmark 3: batched multi-env rollouts vs the sequential one-episode-at-a-time loop.
+
+Same model, same tasks, same step limit, same generation budget; only
+`parallel_envs` (and so the generation batch) changes. Real ScienceWorld.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import print_table, write_json
+
+from envs import get_benchmark
+from flywheel.policy.inference import TransformersGenerator
+from flywheel.policy.models import build_tiny_model
+from flywheel.rollout import RolloutConfig, run_rollouts
+from flywheel.settings import default_base_model
+
+
+def measure(spec, tasks, generator, parallel: int, max_steps: int, max_new_tokens: int) -> dict:
+    jobs = [(t, 0) for t in tasks]
+    t0 = time.perf_counter()
+    trajs = run_rollouts(jobs, make_env=spec.make_env, generator=generator, instructions=spec.system_prompt(),
+                         normalize_action=spec.normalize_action,
+                         cfg=RolloutConfig(temperature=1.0, max_new_tokens=max_new_tokens, parallel_envs=parallel,
+                                           max_steps=max_steps, max_observation_chars=400))
+    wall = time.perf_counter() - t0
+    steps = sum(len(t.steps) for t in trajs)
+    tokens = sum(s.completion_tokens for t in trajs for s in t.steps)
+    return {"parallel_envs": parallel, "episodes": len(trajs), "steps": steps, "wall_s": wall,
+            "episodes_per_min": len(trajs) / wall * 60, "gen_tokens_per_s": tokens / wall}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--episodes", type=int, default=16)
+    ap.add_argument("--max-steps", type=int, default=5)
+    ap.add_argument("--parallel", type=int, nargs="*", default=[1, 2, 4, 8, 16])
+    ap.add_argument("--smollm-episodes", type=int, default=8)
+    ap.add_argument("--smollm-parallel", type=int, nargs="*", default=[1, 8])
+    ap.add_argument("--skip-smollm", action="store_true")
+    args = ap.parse_args(argv)
+    spec = get_benchmark("scienceworld")
+    tasks = spec.load_tasks("train", task_types=("find-non-living-thing",))
+    results: dict[str, list[dict]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tiny = build_tiny_model(Path(tmp) / "tiny", vocab_size=1024, hidden_size=64)
+        models = [("tiny-random-llama", str(tiny), args.episodes, args.parallel, 48)]
+        if not args.skip_smollm:
+            models.append(("smollm2-135m (bf16)", default_base_model(), args.smollm_episodes, args.smollm_parallel, 48))
+        for name, path, n, parallels, new_tokens in models:
+            gen = TransformersGenerator(path, dtype="bfloat16" if "smollm" in name else "float32", max_batch_size=max(parallels))
+            results[name] = [measure(spec, tasks[:n], gen, p, args.max_steps, new_tokens) for p in parallels]
+    rows, summary = [], {}
+    for name, runs in results.items():
+        base = runs[0]
+        for r in runs:
+            r["speedup_vs_sequential"] = r["episodes_per_min"] / base["episodes_per_min"]
+            rows.append([name, r["parallel_envs"], r["episodes"], f"{r['wall_s']:.1f}", f"{r['episodes_per_min']:.2f}",
+                         f"{r['gen_tokens_per_s']:.1f}", f"{r['speedup_vs_sequential']:.2f}x"])
+        default = next((r for r in runs if r["parallel_envs"] == 8), runs[-1])
+        summary[name] = default["speedup_vs_sequential"]
+    print_table(f"Rollout throughput, ScienceWorld find-non-living-thing, {args.max_steps} steps/episode",
+                ["model", "parallel envs", "episodes", "wall s", "episodes/min", "gen tok/s", "vs sequential"], rows)
+    print("target: >= 3x episodes/min at the default batch (8) -> "
+          + ", ".join(f"{k}: {v:.2f}x ({'met' if v >= 3 else 'MISSED'})" for k, v in summary.items()))
+    write_json("rollout_throughput", {"runs": results, "speedup_at_8": summary, "max_steps": args.max_steps})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
