@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import dagster as dg
 
-from flywheel.assets import bootstrap, curriculum, evaluation, refinement, training
-from flywheel.resources import EnvResource, ScriptedTeacherResource, StoreResource, TransformersPolicy
+from flywheel.assets import bootstrap, checks, curriculum, evaluation, refinement, training
+from flywheel.assets.curriculum import CurriculumResource
+from flywheel.partitions import flywheel_partitions
+from flywheel.resources import (
+    EnvResource,
+    LoopResource,
+    ScriptedTeacherResource,
+    StoreResource,
+    TransformersPolicy,
+)
+from flywheel.sensors import flywheel_schedule, flywheel_sensor, iteration_run_tags
 
 stage_assets = dg.load_assets_from_modules([bootstrap, curriculum, training, refinement, evaluation])
-stage_checks = dg.load_asset_checks_from_modules([refinement])
+stage_checks = dg.load_asset_checks_from_modules([refinement, checks])
 
 bootstrap_job = dg.define_asset_job(
     "bootstrap_job",
@@ -18,7 +27,16 @@ bootstrap_job = dg.define_asset_job(
 iteration_job = dg.define_asset_job(
     "iteration_job",
     selection=dg.AssetSelection.groups("flywheel"),
-    description="One flywheel iteration (benchmark, k): SFT, rollouts, reward gate, evaluation.",
+    # Every run of (b, k) is tagged flywheel/benchmark=b and dagster/priority=-k: with the
+    # per-benchmark run limit in dagster.yaml, a backfill over one benchmark's iterations runs
+    # them one at a time, lowest k first, whatever order the backfill submitted them in.
+    config=dg.PartitionedConfig(
+        partitions_def=flywheel_partitions,
+        run_config_for_partition_key_fn=lambda _key: {},
+        tags_for_partition_key_fn=iteration_run_tags,
+    ),
+    description="One flywheel iteration (benchmark, k): SFT, rollouts, reward gate, evaluation. "
+    "Backfill it over a benchmark's iterations to run them in order.",
 )
 
 DEFAULT_RESOURCES = {
@@ -26,6 +44,8 @@ DEFAULT_RESOURCES = {
     "teacher": ScriptedTeacherResource(),
     "policy": TransformersPolicy(),
     "envs": EnvResource(),
+    "loop": LoopResource(),
+    "curriculum": CurriculumResource(),
 }
 
 
@@ -35,6 +55,8 @@ def build_defs(resources: dict[str, dg.ConfigurableResource] | None = None) -> d
         assets=stage_assets,
         asset_checks=stage_checks,
         jobs=[bootstrap_job, iteration_job],
+        sensors=[flywheel_sensor],
+        schedules=[flywheel_schedule],
         resources={**DEFAULT_RESOURCES, **(resources or {})},
     )
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from envs.base import Env, EnvError, StepResult, Task
 from flywheel.policy.inference import Generator
 from flywheel.prompting import INVALID_FORMAT_OBSERVATION, HistoryItem, build_messages, parse_response
+from flywheel.store import Store
 from flywheel.trajectory import Source, Step, Trajectory
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,62 @@ class _Episode:
 class _Slot:
     env: Env | None = None
     episode: _Episode | None = None
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    """What a (re-)run of a rollout partition must play, given what the store already holds."""
+
+    todo: list[tuple[Task, int]]
+    done: set[tuple[str, int]]
+    stale_ids: list[str]  # rows to delete first: another checkpoint's, or pairs no longer planned
+
+    @property
+    def resumed(self) -> int:
+        return len(self.done)
+
+
+def plan_resume(jobs: list[tuple[Task, int]], existing: Iterable[Mapping[str, object]], model_id: str) -> ResumePlan:
+    """Keep finished episodes of *this* checkpoint; replay only the missing (task, sample) pairs.
+
+    `existing` are the partition's trajectory rows (task_id, sample, model_id, status, traj_id).
+    Errored episodes are played again. Rows of another checkpoint of the same iteration are
+    stale (the partition is replaced, never mixed), as are pairs the plan no longer contains.
+    """
+    rows = list(existing)
+    planned = {(t.task_id, s) for t, s in jobs}
+    if any(r["model_id"] != model_id for r in rows):
+        return ResumePlan(list(jobs), set(), [str(r["traj_id"]) for r in rows])
+    done = {(str(r["task_id"]), int(r["sample"])) for r in rows if r["status"] == "ok"} & planned  # type: ignore[call-overload]
+    stale = [str(r["traj_id"]) for r in rows if (r["task_id"], r["sample"]) not in planned]
+    return ResumePlan([(t, s) for t, s in jobs if (t.task_id, s) not in done], done, stale)
+
+
+def resume_rollouts(
+    db: Store,
+    jobs: list[tuple[Task, int]],
+    *,
+    scope: dict[str, object],
+    checkpoint_id: str,
+    **run_kwargs: object,
+) -> ResumePlan:
+    """Play the (task, sample) pairs of a store partition that are not finished yet.
+
+    Each finished episode is written at once (tagged with `checkpoint_id`), so a run killed
+    at any point (SIGKILL included) loses at most the episodes in flight; the next call
+    keeps everything written and plays only the missing pairs. This is what the `rollouts`
+    asset runs; `run_kwargs` go to `run_rollouts`.
+    """
+    plan = plan_resume(jobs, db.trajectory_table(**scope).iter_rows(named=True), checkpoint_id)
+    db.delete_trajectory_ids(plan.stale_ids)
+
+    def write(trajs: list[Trajectory]) -> None:
+        for t in trajs:
+            t.model_id = checkpoint_id
+        db.write_trajectories(trajs)
+
+    run_rollouts(plan.todo, on_finished=write, **run_kwargs)  # type: ignore[arg-type]
+    return plan
 
 
 def goal_of(task: Task, initial_observation: str) -> str:

@@ -1,4 +1,4 @@
-"""DuckDB store for tasks, trajectories, steps, checkpoints and evaluations.
+"""DuckDB store for tasks, trajectories, steps, checkpoints, evaluations and the loop's record.
 
 Every write replaces rows by natural key inside one transaction, so re-running a
 partition overwrites it and a killed run leaves either the old rows or the new.
@@ -52,7 +52,23 @@ CREATE TABLE IF NOT EXISTS evaluations (
     created_at TIMESTAMP, PRIMARY KEY (benchmark, iteration, split));
 CREATE TABLE IF NOT EXISTS teacher_cache (
     key VARCHAR PRIMARY KEY, model VARCHAR, response VARCHAR, created_at TIMESTAMP);
+CREATE TABLE IF NOT EXISTS iterations (
+    benchmark VARCHAR, iteration INTEGER, candidates INTEGER, new_unique_successes INTEGER,
+    capped_dropped INTEGER, gated_total INTEGER, checkpoint_id VARCHAR, train_trajectories INTEGER,
+    seen_success DOUBLE, unseen_success DOUBLE, gate_check_passed BOOLEAN, decision VARCHAR,
+    reason VARCHAR, decided_by VARCHAR, next_run_key VARCHAR, gate_at TIMESTAMP, decided_at TIMESTAMP,
+    PRIMARY KEY (benchmark, iteration));
+CREATE TABLE IF NOT EXISTS loop_starts (
+    benchmark VARCHAR, run_key VARCHAR, claimed_by VARCHAR, created_at TIMESTAMP, PRIMARY KEY (benchmark, run_key));
+CREATE TABLE IF NOT EXISTS task_stats (
+    benchmark VARCHAR, iteration INTEGER, task_id VARCHAR, attempts INTEGER, successes INTEGER,
+    errored INTEGER, created_at TIMESTAMP, PRIMARY KEY (benchmark, iteration, task_id));
 """
+
+ITERATION_DECISION_COLUMNS = [
+    "checkpoint_id", "train_trajectories", "seen_success", "unseen_success", "gate_check_passed",
+    "decision", "reason", "decided_by", "next_run_key",
+]
 
 TRAJ_COLUMNS = [
     "traj_id", "benchmark", "split", "iteration", "source", "task_id", "sample", "goal", "success",
@@ -211,6 +227,13 @@ class Store:
             )
             con.execute(f"DELETE FROM trajectories WHERE {where}", list(scope.values()))
 
+    def delete_trajectory_ids(self, traj_ids: Sequence[str]) -> None:
+        if not traj_ids:
+            return
+        with self.transaction() as con:
+            con.execute("DELETE FROM steps WHERE traj_id IN (SELECT unnest(?))", [list(traj_ids)])
+            con.execute("DELETE FROM trajectories WHERE traj_id IN (SELECT unnest(?))", [list(traj_ids)])
+
     def trajectory_table(self, **scope: Any) -> pl.DataFrame:
         where = " AND ".join(f"{k} = ?" for k in scope) or "TRUE"
         return self.query(f"SELECT * FROM trajectories WHERE {where} ORDER BY traj_id", list(scope.values()))
@@ -310,6 +333,94 @@ class Store:
                 f"INSERT INTO evaluations ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
                 [row[c] for c in cols],
             )
+
+    # -- the living flywheel: per-iteration record and per-task attempt stats -------------
+    def record_gate_stats(
+        self, benchmark: str, iteration: int, *, candidates: int, new_unique_successes: int,
+        gated_total: int, capped_dropped: int = 0,
+    ) -> None:
+        """What the gate of (benchmark, k) added. A new gate result clears k's decision: the
+        loop decides again on the new data."""
+        cols = ["benchmark", "iteration", "candidates", "new_unique_successes", "capped_dropped", "gated_total", "gate_at"]
+        vals = [benchmark, iteration, candidates, new_unique_successes, capped_dropped, gated_total, _now()]
+        updates = ", ".join(f"{c} = excluded.{c}" for c in cols[2:])
+        clear = ", ".join(f"{c} = NULL" for c in ITERATION_DECISION_COLUMNS + ["decided_at"])
+        with self.transaction() as con:
+            con.execute(
+                f"INSERT INTO iterations ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)}) "
+                f"ON CONFLICT (benchmark, iteration) DO UPDATE SET {updates}, {clear}",
+                vals,
+            )
+
+    def claim_decision(self, benchmark: str, iteration: int, row: dict[str, Any]) -> bool:
+        """Record k's decision unless one is already recorded; True when this call recorded it.
+
+        The sensor and the schedule both decide; only the one that claims k launches k+1.
+        """
+        row = {k: v for k, v in row.items() if k in ITERATION_DECISION_COLUMNS}
+        with self.transaction() as con:
+            got = con.execute(
+                "SELECT decision FROM iterations WHERE benchmark = ? AND iteration = ?", [benchmark, iteration]
+            ).fetchall()
+            if got and got[0][0] is not None:
+                return False
+            if not got:
+                con.execute("INSERT INTO iterations (benchmark, iteration) VALUES (?, ?)", [benchmark, iteration])
+            sets = ", ".join(f"{c} = ?" for c in row)
+            con.execute(
+                f"UPDATE iterations SET {sets}, decided_at = ? WHERE benchmark = ? AND iteration = ?",
+                [*row.values(), _now(), benchmark, iteration],
+            )
+        return True
+
+    def claim_start(self, benchmark: str, run_key: str, claimed_by: str) -> bool:
+        """Claim the launch of iteration 0 (run_key names the bootstrap it follows); True once."""
+        with self.transaction() as con:
+            if con.execute("SELECT 1 FROM loop_starts WHERE benchmark = ? AND run_key = ?", [benchmark, run_key]).fetchall():
+                return False
+            con.execute("INSERT INTO loop_starts VALUES (?, ?, ?, ?)", [benchmark, run_key, claimed_by, _now()])
+        return True
+
+    def clear_decision(self, benchmark: str, iteration: int) -> None:
+        clear = ", ".join(f"{c} = NULL" for c in ITERATION_DECISION_COLUMNS + ["decided_at"])
+        with self.transaction() as con:
+            con.execute(f"UPDATE iterations SET {clear} WHERE benchmark = ? AND iteration = ?", [benchmark, iteration])
+
+    def iterations(self, benchmark: str) -> pl.DataFrame:
+        return self.query("SELECT * FROM iterations WHERE benchmark = ? ORDER BY iteration", [benchmark])
+
+    def gate_run(self, benchmark: str, iteration: int) -> dict[str, Any] | None:
+        df = self.query("SELECT * FROM gate_runs WHERE benchmark = ? AND iteration = ?", [benchmark, iteration])
+        return None if df.is_empty() else df.row(0, named=True)
+
+    def gated_counts_by_task(self, benchmark: str, *, up_to_iteration: int) -> dict[str, int]:
+        df = self.query(
+            "SELECT task_id, count(*) AS n FROM gated WHERE benchmark = ? AND iteration <= ? GROUP BY 1",
+            [benchmark, up_to_iteration],
+        )
+        return {r["task_id"]: r["n"] for r in df.iter_rows(named=True)}
+
+    def write_task_stats(self, benchmark: str, iteration: int, rows: Sequence[dict[str, Any]]) -> None:
+        """Replace (benchmark, k)'s per-task attempts/successes/errored."""
+        df = pl.DataFrame(
+            {"benchmark": [benchmark] * len(rows), "iteration": [iteration] * len(rows),
+             "task_id": [r["task_id"] for r in rows], "attempts": [int(r["attempts"]) for r in rows],
+             "successes": [int(r["successes"]) for r in rows], "errored": [int(r.get("errored", 0)) for r in rows],
+             "created_at": [_now()] * len(rows)},
+            schema={"benchmark": pl.Utf8, "iteration": pl.Int32, "task_id": pl.Utf8, "attempts": pl.Int32,
+                    "successes": pl.Int32, "errored": pl.Int32, "created_at": pl.Datetime("us")},
+        )
+        with self.transaction() as con:
+            con.execute("DELETE FROM task_stats WHERE benchmark = ? AND iteration = ?", [benchmark, iteration])
+            con.register("new_stats", df.to_arrow())
+            con.execute("INSERT INTO task_stats SELECT * FROM new_stats")
+
+    def task_stats(self, benchmark: str, *, before_iteration: int | None = None) -> pl.DataFrame:
+        where, params = "benchmark = ?", [benchmark]
+        if before_iteration is not None:
+            where += " AND iteration < ?"
+            params.append(before_iteration)
+        return self.query(f"SELECT * FROM task_stats WHERE {where} ORDER BY iteration, task_id", params)
 
     # -- teacher cache ---------------------------------------------------------
     def cache_get(self, key: str) -> str | None:

@@ -1,24 +1,133 @@
-"""Stage 2 (extrapolation): the synthetic curriculum.
+"""Stage 2 (extrapolation): synthesized harder tasks, and the complexity-graded curriculum.
 
-Placeholder in the lineage until task synthesis lands: it passes the teacher
-quaternions through unchanged and says so in its metadata.
+`synthetic_curriculum(b)`: the teacher proposes new tasks near the seeds; each is built in
+the real env, solved by the benchmark's expert, judged by the env, annotated into
+quaternions and stored as source="synthetic" (rejections are kept with their reason in
+`curriculum_proposals`). Then every training trajectory, seed or synthetic, is scored
+and the easy-to-hard order is written to `curriculum`. The logic is in flywheel/curriculum.
+
+`CurriculumResource` holds the knobs and the ablation switch:
+`CurriculumResource(synthesize=False, order="shuffle")` is stage 1 alone.
 """
 
+import math
+from collections import Counter
 
 import dagster as dg
 
+from flywheel.assets._common import progress_logger
 from flywheel.assets.bootstrap import teacher_quaternions
+from flywheel.curriculum.buckets import Buckets, eval_buckets
+from flywheel.curriculum.complexity import ComplexityScorer
+from flywheel.curriculum.order import MODES, grade
+from flywheel.curriculum.proposals import get_synthesizer
+from flywheel.curriculum.solving import length_stats, synthesize
+from flywheel.curriculum.tables import write_curriculum, write_proposals
+from flywheel.evaluation import markdown_table
 from flywheel.partitions import benchmark_partitions
-from flywheel.resources import StoreResource
+from flywheel.resources import EnvResource, StoreResource, TeacherResource
+
+
+class CurriculumResource(dg.ConfigurableResource):
+    """Stage-2 settings. `synthesize` and `order` are the ablation switches (Table 2: stage 1 = both off)."""
+
+    synthesize: bool = True  # propose, solve and keep synthetic tasks
+    order: str = "curriculum"  # "curriculum" (sorted by score) | "staged" (bucket by bucket) | "shuffle" (off)
+    proposals_per_seed: float = 0.5  # proposals per seed trajectory ...
+    max_proposals: int = 64  # ... at most this many per benchmark partition
+    candidate_limit: int = 64  # concrete candidates the env offers the teacher
+    scorer_weights: dict[str, float] = {"length": 1.0}  # complexity score = sum(weight * signal)
+    other_signal: str = "locations"  # second signal recorded beside length: locations | subgoals
+    train_bucket_edges: dict[str, list[float]] = {}  # per benchmark, score units; default: terciles
+    eval_bucket_edges: dict[str, list[float]] = {}  # per benchmark, gold-length units; default: buckets.py
+    seed: int = 0
+
+    def mode(self) -> str:
+        if self.order not in MODES:
+            raise dg.Failure(f"curriculum.order must be one of {', '.join(MODES)}, got {self.order!r}")
+        return self.order
+
+    def scorer(self) -> ComplexityScorer:
+        try:
+            return ComplexityScorer(dict(self.scorer_weights), self.other_signal)
+        except ValueError as exc:
+            raise dg.Failure(str(exc)) from None
+
+    def n_proposals(self, n_seeds: int) -> int:
+        return min(self.max_proposals, max(1, math.ceil(self.proposals_per_seed * n_seeds)))
+
+    def train_edges(self, benchmark: str) -> list[float] | None:
+        return self.train_bucket_edges.get(benchmark) or None
+
+    def eval_buckets(self, benchmark: str) -> Buckets:
+        return eval_buckets(benchmark, self.eval_bucket_edges.get(benchmark))
 
 
 @dg.asset(partitions_def=benchmark_partitions, group_name="curriculum", deps=[teacher_quaternions], kinds={"duckdb"})
-def synthetic_curriculum(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
-    """Seeds plus synthesized tasks, in training order (synthesis: not yet implemented)."""
+def synthetic_curriculum(
+    context: dg.AssetExecutionContext, envs: EnvResource, teacher: TeacherResource, store: StoreResource,
+    curriculum: CurriculumResource,
+) -> dg.MaterializeResult:
+    """Seeds plus synthesized harder tasks, graded by complexity and ordered easy to hard."""
     benchmark = context.partition_key
-    seeds = store.get().trajectory_table(benchmark=benchmark, source="teacher")
-    return dg.MaterializeResult(metadata={
-        "seed_trajectories": seeds.height,
-        "synthesized_trajectories": 0,
-        "status": "pass-through: task synthesis not implemented yet",
+    db = store.get()
+    mode, scorer = curriculum.mode(), curriculum.scorer()
+    seeds = db.load_trajectories(benchmark=benchmark, source="teacher")
+    if not seeds:
+        raise dg.Failure(f"no teacher quaternions for {benchmark}: materialize teacher_quaternions first")
+    spec = envs.spec(benchmark)
+    annotator = teacher.build(spec, db)
+    metadata: dict[str, object] = {"teacher": annotator.name, "synthesize": curriculum.synthesize, "order": mode}
+    synthetic = []
+    if curriculum.synthesize:
+        result = synthesize(
+            benchmark=benchmark, synthesizer=get_synthesizer(benchmark), teacher=annotator,
+            seed_tasks=envs.tasks(benchmark, "train"), seed_trajs=seeds,
+            holdout=spec.load_tasks("seen") + spec.load_tasks("unseen"), instructions=spec.system_prompt(),
+            n_proposals=curriculum.n_proposals(len(seeds)), candidate_limit=curriculum.candidate_limit,
+            seed=curriculum.seed, env_options=envs.env_options.get(benchmark, {}),
+            progress=progress_logger(context, "curriculum synthesis"),
+        )
+        synthetic = result.trajectories
+        db.write_trajectories(synthetic, replace_scope={"benchmark": benchmark, "source": "synthetic"})
+        db.upsert_tasks([{"benchmark": t.benchmark, "split": t.split, "task_id": t.task_id, "goal": t.goal,
+                          "max_steps": t.max_steps, "meta": t.meta} for t in result.tasks])
+        write_proposals(db, benchmark, [p.record() for p in result.proposals])
+        for p in result.proposals:
+            if p.status != "solved":
+                context.log.info(f"proposal {p.proposal_id} {p.status}: {p.reason}")
+        reasons = Counter(f"{p.status}: {p.reason.split(':')[0]}" for p in result.proposals if p.status != "solved")
+        metadata.update({**result.counts(), "candidates_offered": result.candidates,
+                         "proposer": result.proposals[0].proposer if result.proposals else annotator.name,
+                         "not_kept_by_reason": dg.MetadataValue.md(markdown_table(
+                             [{"reason": r, "count": n} for r, n in reasons.most_common()], ["reason", "count"]) if reasons else "none"),
+                         "proposals_sample": dg.MetadataValue.md(markdown_table(
+                             [{**p.record(), "params": str(p.params)[:120]} for p in result.proposals[:12]],
+                             ["proposal_id", "kind", "status", "length", "task_id", "reason", "params"]))})
+    else:
+        db.delete_trajectories(benchmark=benchmark, source="synthetic")
+        write_proposals(db, benchmark, [])
+        metadata.update({"proposals": 0, "valid": 0, "solved": 0, "kept": 0,
+                         "status": "synthesis off (ablation): seeds only"})
+
+    trajs = seeds + synthetic
+    _, ordered, buckets = grade(trajs, scorer.score_all(trajs), edges=curriculum.train_edges(benchmark),
+                                mode=mode if mode != "shuffle" else "curriculum", seed=curriculum.seed)
+    write_curriculum(db, benchmark, ordered, other_signal=scorer.other, scorer=scorer.name)
+    seed_len, syn_len = [len(t.steps) for t in seeds], [len(t.steps) for t in synthetic]
+    seed_median = length_stats(seed_len)["median"]
+    by_bucket = Counter((c.bucket, c.source) for c in ordered)
+    metadata.update({
+        "seed_trajectories": len(seeds),
+        "synthesized_trajectories": len(synthetic),
+        "seed_length": dg.MetadataValue.json(length_stats(seed_len)),
+        "synthetic_length": dg.MetadataValue.json(length_stats(syn_len)),
+        "synthetic_longer_than_seed_median": sum(n > seed_median for n in syn_len) / max(len(syn_len), 1),
+        "scorer": scorer.name,
+        "other_signal": scorer.other,
+        "buckets": buckets.describe(),
+        "curriculum": dg.MetadataValue.md(markdown_table(
+            [{"bucket": b, "seed": by_bucket[(b, "teacher")], "synthetic": by_bucket[(b, "synthetic")]} for b in buckets.names],
+            ["bucket", "seed", "synthetic"])),
     })
+    return dg.MaterializeResult(metadata=metadata)

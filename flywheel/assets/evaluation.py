@@ -1,11 +1,21 @@
-"""Evaluation of checkpoint k on the seen and unseen splits (greedy by default)."""
+"""Evaluation of checkpoint k on the seen and unseen splits (greedy by default).
+
+Besides the overall numbers, success is reported by complexity bucket (easy / medium /
+hard by each task's gold path length, edges in `CurriculumResource.eval_bucket_edges`),
+written to `eval_buckets` and shown in the metadata; gold lengths are cached in
+`gold_lengths`.
+"""
 
 
 import dagster as dg
 
 from flywheel.assets._checkpoints import checkpoint_for
 from flywheel.assets._common import progress_logger
+from flywheel.assets.curriculum import CurriculumResource
 from flywheel.assets.training import sft_checkpoint
+from flywheel.curriculum.buckets import success_by_bucket
+from flywheel.curriculum.gold import gold_lengths
+from flywheel.curriculum.tables import write_eval_buckets
 from flywheel.evaluation import markdown_table, summarize
 from flywheel.partitions import flywheel_partitions, keys_of
 from flywheel.resources import EnvResource, PolicyResource, StoreResource
@@ -14,18 +24,21 @@ from flywheel.rollout import run_rollouts
 EVAL_SPLITS = ("seen", "unseen")
 COLUMNS = ["split", "episodes", "errored", "success_rate", "avg_reward", "mean_steps",
            "tokens_per_step", "prompt_tokens_per_step", "invalid_action_rate"]
+BUCKET_COLUMNS = ["split", "bucket", "gold_length", "episodes", "successes", "success_rate"]
 
 
 @dg.asset(partitions_def=flywheel_partitions, group_name="flywheel", deps=[sft_checkpoint], kinds={"duckdb"})
 def evaluation(
-    context: dg.AssetExecutionContext, envs: EnvResource, policy: PolicyResource, store: StoreResource
+    context: dg.AssetExecutionContext, envs: EnvResource, policy: PolicyResource, store: StoreResource,
+    curriculum: CurriculumResource,
 ) -> dg.MaterializeResult:
     benchmark, k = keys_of(context)
     db = store.get()
     ckpt = checkpoint_for(db, benchmark, k)
     spec = envs.spec(benchmark)
     generator = policy.generator(ckpt["path"], ckpt["checkpoint_id"])
-    rows = []
+    buckets = curriculum.eval_buckets(benchmark)
+    rows, bucket_rows = [], []
     for split in EVAL_SPLITS:
         tasks = envs.tasks(benchmark, split)
         trajs = run_rollouts(
@@ -39,8 +52,28 @@ def evaluation(
         db.write_evaluation({"benchmark": benchmark, "iteration": k, "split": split,
                              "checkpoint_id": ckpt["checkpoint_id"], **stats})
         rows.append({"split": split, **stats})
+        gold = gold_lengths(db, spec, benchmark, split, tasks, progress=progress_logger(context, f"gold lengths {split}"))
+        outcomes = [(gold.get(t.task_id), t.success) for t in trajs if t.status == "ok"]
+        by_bucket = success_by_bucket(outcomes, buckets)
+        write_eval_buckets(db, benchmark, k, split, by_bucket, ckpt["checkpoint_id"])
+        bucket_rows += [{"split": split, "gold_length": _range(r["lo"], r["hi"]), **r} for r in by_bucket]
     metadata: dict[str, object] = {"checkpoint_id": ckpt["checkpoint_id"], "table": dg.MetadataValue.md(markdown_table(rows, COLUMNS))}
     for r in rows:
         metadata[f"{r['split']}_success_rate"] = float(r["success_rate"])
         metadata[f"{r['split']}_avg_reward"] = float(r["avg_reward"])
+    metadata["buckets"] = buckets.describe()
+    metadata["success_by_bucket"] = dg.MetadataValue.md(markdown_table(bucket_rows, BUCKET_COLUMNS))
+    for r in bucket_rows:
+        metadata[f"{r['split']}_{r['bucket']}_success_rate"] = float(r["success_rate"])
+        metadata[f"{r['split']}_{r['bucket']}_episodes"] = int(r["episodes"])
     return dg.MaterializeResult(metadata=metadata)
+
+
+def _range(lo: float | None, hi: float | None) -> str:
+    if lo is None and hi is None:
+        return "no gold path"
+    if lo is None:
+        return f"<= {hi:g}"
+    if hi is None:
+        return f"> {lo:g}"
+    return f"{lo:g} < n <= {hi:g}"

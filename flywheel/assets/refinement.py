@@ -1,62 +1,103 @@
-"""Stage 3 (self-refinement): policy rollouts on training tasks and the reward gate."""
+"""Stage 3 (self-refinement): policy rollouts on training tasks and the reward gate.
+
+`rollouts(b,k)` spends a fixed budget (`samples_per_task` x tasks) adaptively: tasks the
+policy rarely solved in earlier iterations get more attempts (`flywheel.sampling`); the
+per-task attempts/successes go to `task_stats`. Episodes are written as they finish and a
+re-run (op retry, run retry, manual) plays only the missing (task, sample) pairs.
+
+`gated_dataset(b,k)` keeps successful, non-errored trajectories whose action sequence is
+new for the task (vs seeds and earlier gates), optionally capped per task, and records
+what the iteration added in the `iterations` table (the loop's decision comes later).
+"""
 
 
 import dagster as dg
 
-from flywheel.assets._checkpoints import checkpoint_for
 from flywheel.assets._common import progress_logger
 from flywheel.assets.training import sft_checkpoint
-from flywheel.evaluation import summarize
+from flywheel.evaluation import markdown_table, summarize
 from flywheel.gate import dataset_problems, reward_gate
 from flywheel.partitions import flywheel_partitions, keys_of
-from flywheel.resources import EnvResource, PolicyResource, StoreResource
-from flywheel.rollout import run_rollouts
+from flywheel.resources import EnvResource, LoopResource, PolicyResource, StoreResource
+from flywheel.rollout import resume_rollouts
+from flywheel.sampling import (
+    allocate_attempts,
+    cap_per_task,
+    history_from_rows,
+    jobs_from_allocation,
+    task_stats_rows,
+)
+from flywheel.settings import rollout_retry_delay_s
+
+# A failed rollouts step (generator OOM, a JVM that will not start, a killed worker thread)
+# is retried in the same run; it resumes from the episodes already in DuckDB.
+ROLLOUT_RETRY = dg.RetryPolicy(max_retries=2, delay=rollout_retry_delay_s(), backoff=dg.Backoff.EXPONENTIAL)
 
 
-@dg.asset(partitions_def=flywheel_partitions, group_name="flywheel", deps=[sft_checkpoint], kinds={"duckdb"})
+@dg.asset(
+    partitions_def=flywheel_partitions, group_name="flywheel", deps=[sft_checkpoint], kinds={"duckdb"},
+    retry_policy=ROLLOUT_RETRY, op_tags={"flywheel/resumable": "true"},
+)
 def rollouts(
-    context: dg.AssetExecutionContext, envs: EnvResource, policy: PolicyResource, store: StoreResource
+    context: dg.AssetExecutionContext, envs: EnvResource, policy: PolicyResource, store: StoreResource,
+    loop: LoopResource,
 ) -> dg.MaterializeResult:
-    """Checkpoint k plays n samples per training task at temperature > 0.
+    """Checkpoint k plays the training tasks at temperature > 0, hard tasks more often.
 
     Finished episodes are written as they complete; a re-run after a crash skips
     (task, sample) pairs already played by this same checkpoint.
     """
     benchmark, k = keys_of(context)
     db = store.get()
-    ckpt = checkpoint_for(db, benchmark, k)
+    ckpt = db.latest_checkpoint(benchmark, k)
+    if ckpt is None:
+        raise dg.Failure(f"no sft_checkpoint recorded for {benchmark}|{k}: materialize it first", allow_retries=False)
     spec = envs.spec(benchmark)
     tasks = envs.tasks(benchmark, "train")
-    jobs = [(t, s) for t in tasks for s in range(policy.samples_per_task)]
+    ids = [t.task_id for t in tasks]
+    total = policy.samples_per_task * len(tasks)
+    history = {}
+    if loop.adaptive_sampling and k > 0:
+        history = history_from_rows(db.task_stats(benchmark, before_iteration=k).iter_rows(named=True),
+                                    before_iteration=k, decay=loop.history_decay)
+    allocation = (
+        allocate_attempts(ids, history, total, min_per_task=min(loop.min_samples_per_task, policy.samples_per_task),
+                          max_per_task=loop.max_samples_per_task)
+        if loop.adaptive_sampling else dict.fromkeys(ids, policy.samples_per_task)
+    )
+    jobs = jobs_from_allocation(tasks, allocation)
     scope = {"benchmark": benchmark, "iteration": k, "source": "policy", "split": "train"}
-    existing = db.trajectory_table(**scope)
-    done_keys = {
-        (r["task_id"], r["sample"]) for r in existing.iter_rows(named=True)
-        if r["model_id"] == ckpt["checkpoint_id"] and r["status"] == "ok"
-    }
-    stale = existing.filter(existing["model_id"] != ckpt["checkpoint_id"]) if existing.height else existing
-    if stale.height:  # rows from an older checkpoint of this iteration are replaced, not mixed
-        db.delete_trajectories(**scope)
-        done_keys = set()
-    todo = [(t, s) for t, s in jobs if (t.task_id, s) not in done_keys]
-    context.log.info(f"rollouts {benchmark}|{k}: {len(todo)} of {len(jobs)} episodes to play with {ckpt['checkpoint_id']}")
     generator = policy.generator(ckpt["path"], ckpt["checkpoint_id"])
-    run_rollouts(
-        todo, make_env=lambda: envs.make_env(benchmark), generator=generator,
-        instructions=spec.system_prompt(), normalize_action=spec.normalize_action, source="policy",
-        iteration=k, cfg=policy.rollout_config(max_steps=envs.max_steps),
-        on_finished=lambda trajs: db.write_trajectories(trajs),
+    plan = resume_rollouts(
+        db, jobs, scope=scope, checkpoint_id=ckpt["checkpoint_id"], make_env=lambda: envs.make_env(benchmark),
+        generator=generator, instructions=spec.system_prompt(), normalize_action=spec.normalize_action,
+        source="policy", iteration=k, cfg=policy.rollout_config(max_steps=envs.max_steps),
         progress=progress_logger(context, "rollouts"),
     )
+    context.log.info(f"rollouts {benchmark}|{k}: played {len(plan.todo)} of {len(jobs)} episodes with "
+                     f"{ckpt['checkpoint_id']} ({plan.resumed} kept from an earlier attempt)")
+    table = db.trajectory_table(**scope)
+    per_task = task_stats_rows(table.iter_rows(named=True), ids)
+    db.write_task_stats(benchmark, k, per_task)
     stats = summarize(db.load_trajectories(**scope))
+    hardest = sorted(ids, key=lambda t: (-allocation[t], ids.index(t)))[:10]
+    prior = {t: history.get(t, (0, 0)) for t in ids}
     return dg.MaterializeResult(metadata={
-        "checkpoint_id": ckpt["checkpoint_id"], "episodes_total": len(jobs), "episodes_resumed": len(jobs) - len(todo),
+        "checkpoint_id": ckpt["checkpoint_id"], "episodes_total": len(jobs), "episodes_resumed": plan.resumed,
+        "episodes_played": len(plan.todo),
+        "sampling": "adaptive" if loop.adaptive_sampling and history else "uniform",
+        "attempts_min": min(allocation.values(), default=0), "attempts_max": max(allocation.values(), default=0),
+        "tasks_with_a_success": sum(1 for r in per_task if r["successes"]),
+        "attempts_by_task": dg.MetadataValue.md(markdown_table(
+            [{"task_id": t, "attempts": allocation[t], "earlier_successes": f"{prior[t][1]}/{prior[t][0]}",
+              "successes_now": next(r["successes"] for r in per_task if r["task_id"] == t)} for t in hardest],
+            ["task_id", "attempts", "earlier_successes", "successes_now"])),
         **{k_: float(v) if isinstance(v, float) else v for k_, v in stats.items()},
     })
 
 
 @dg.asset(partitions_def=flywheel_partitions, group_name="flywheel", deps=[rollouts], kinds={"duckdb"})
-def gated_dataset(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
+def gated_dataset(context: dg.AssetExecutionContext, store: StoreResource, loop: LoopResource) -> dg.MaterializeResult:
     """Only successful, non-errored, new (task, action sequence) trajectories pass."""
     benchmark, k = keys_of(context)
     db = store.get()
@@ -65,11 +106,18 @@ def gated_dataset(context: dg.AssetExecutionContext, store: StoreResource) -> dg
     seeds = db.load_trajectories(benchmark=benchmark, source="teacher")
     already = [(t.task_id, t.actions) for t in earlier + seeds]
     passed, stats = reward_gate(candidates, already=already)
+    earlier_by_task = db.gated_counts_by_task(benchmark, up_to_iteration=k - 1) if k > 0 else {}
+    passed, capped = cap_per_task(passed, earlier_by_task, loop.max_gated_per_task)
     db.write_gated(benchmark, k, [(t.traj_id, t.task_id) for t in passed], candidates=stats.candidates)
+    gated_total = len(earlier) + len(passed)
+    db.record_gate_stats(benchmark, k, candidates=stats.candidates, new_unique_successes=len(passed),
+                         gated_total=gated_total, capped_dropped=capped)
     return dg.MaterializeResult(metadata={
-        "candidates": stats.candidates, "passed": stats.passed, "failed": stats.failed,
+        "candidates": stats.candidates, "passed": len(passed), "failed": stats.failed,
         "errored": stats.errored, "duplicates_dropped": stats.duplicates,
-        "pass_rate": stats.passed / max(stats.candidates, 1),
+        "capped_dropped": capped, "max_gated_per_task": loop.max_gated_per_task or "none",
+        "new_unique_successes": len(passed), "gated_total": gated_total,
+        "pass_rate": len(passed) / max(stats.candidates, 1),
         "tasks_with_a_success": len({t.task_id for t in passed}),
         "training_set_next_iteration": f"sft_checkpoint {benchmark}|{k + 1} reads these rows from the store",
     })

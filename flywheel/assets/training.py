@@ -1,5 +1,10 @@
 """SFT checkpoints. Iteration k trains on seeds + curriculum + gated successes of 0..k-1.
 
+Order: with the curriculum on (`CurriculumResource.order` "curriculum" or "staged"),
+every trajectory, gated successes included, is scored by complexity and trained easy to
+hard (`TrainConfig(order="given")`); the order used is written to `training_order`.
+With "shuffle" (the ablation) the trainer shuffles as usual.
+
 The k-1 -> k back-edge is not a declared dependency: Dagster refuses cycles
 between asset keys even across partitions. `sft_checkpoint(k)` therefore reads
 `gated_dataset` of earlier iterations through the store, refuses to run until
@@ -9,11 +14,15 @@ metadata (visible in the UI).
 
 
 import time
+from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import dagster as dg
 
-from flywheel.assets.curriculum import synthetic_curriculum
+from flywheel.assets.curriculum import CurriculumResource, synthetic_curriculum
+from flywheel.curriculum.order import assign_buckets, grade
+from flywheel.curriculum.tables import write_training_order
 from flywheel.partitions import by_benchmark, flywheel_partitions, keys_of
 from flywheel.policy.training import sft_examples, train_sft
 from flywheel.resources import EnvResource, PolicyResource, StoreResource
@@ -21,11 +30,13 @@ from flywheel.store import Store
 from flywheel.trajectory import Trajectory
 
 
-def training_set(db: Store, benchmark: str, iteration: int) -> tuple[list[Trajectory], dict[str, int]]:
+def training_set(
+    db: Store, benchmark: str, iteration: int, *, include_synthetic: bool = True
+) -> tuple[list[Trajectory], dict[str, int]]:
     """Seeds and curriculum, then the gated successes of iterations < k (through the store)."""
-    base = db.load_trajectories(benchmark=benchmark, source="teacher") + db.load_trajectories(
-        benchmark=benchmark, source="synthetic"
-    )
+    base = db.load_trajectories(benchmark=benchmark, source="teacher")
+    if include_synthetic:
+        base += db.load_trajectories(benchmark=benchmark, source="synthetic")
     gated_ids = db.gated_ids(benchmark, up_to_iteration=iteration - 1) if iteration > 0 else []
     gated = db.load_trajectories(gated_ids) if gated_ids else []
     return base + gated, {"seed_or_curriculum": len(base), "gated": len(gated)}
@@ -39,7 +50,8 @@ def training_set(db: Store, benchmark: str, iteration: int) -> tuple[list[Trajec
     pool="accelerator",
 )
 def sft_checkpoint(
-    context: dg.AssetExecutionContext, envs: EnvResource, policy: PolicyResource, store: StoreResource
+    context: dg.AssetExecutionContext, envs: EnvResource, policy: PolicyResource, store: StoreResource,
+    curriculum: CurriculumResource,
 ) -> dg.MaterializeResult:
     """Fine-tune the base model on the fused quaternions available at iteration k."""
     benchmark, k = keys_of(context)
@@ -49,10 +61,18 @@ def sft_checkpoint(
             f"sft_checkpoint {benchmark}|{k} needs gated_dataset {benchmark}|{k - 1}: materialize it first "
             "(or let the iteration sensor do it)."
         )
-    trajs, counts = training_set(db, benchmark, k)
+    trajs, counts = training_set(db, benchmark, k, include_synthetic=curriculum.synthesize)
     spec = envs.spec(benchmark)
     instructions = spec.system_prompt()
     cfg = policy.train_config()
+    mode, scorer = curriculum.mode(), curriculum.scorer()
+    scored = scorer.score_all(trajs)
+    if mode == "shuffle":  # recorded as loaded; the trainer shuffles
+        ordered, _ = assign_buckets(scored, curriculum.train_edges(benchmark))
+    else:  # easy to hard: the examples keep this order and the trainer walks them in order
+        trajs, ordered, _ = grade(trajs, scored, edges=curriculum.train_edges(benchmark), mode=mode, seed=cfg.seed)
+        cfg = replace(cfg, order="given")
+    write_training_order(db, benchmark, k, ordered, mode=mode)
     examples = sft_examples(trajs, lambda _t: instructions, history_window=cfg.history_window,
                             max_observation_chars=cfg.max_observation_chars)
     out = Path(policy.checkpoints_dir) / benchmark / f"k{k}"
@@ -76,6 +96,8 @@ def sft_checkpoint(
         "trajectories": len(trajs),
         "seed_or_curriculum_trajectories": counts["seed_or_curriculum"],
         "gated_trajectories": counts["gated"],
+        "order": mode if mode == "shuffle" else f"{mode} (easy to hard, {scorer.name}; see training_order)",
+        "trajectories_by_bucket": dg.MetadataValue.json(dict(Counter(c.bucket for c in ordered))),
         "back_edge": (
             f"trained on gated_dataset iterations {list(range(k))} of {benchmark}, read from the store"
             if k else "iteration 0: seeds and curriculum only"

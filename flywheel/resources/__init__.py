@@ -1,11 +1,12 @@
 """Dagster resources: thin typed wrappers that build the plain core objects."""
 
 from flywheel.resources.envs import EnvResource
+from flywheel.resources.loop import LoopResource
 from flywheel.resources.policy import OpenAICompatiblePolicy, PolicyResource, TransformersPolicy
 from flywheel.resources.store import StoreResource
 from flywheel.resources.teacher import OpenAITeacherResource, ScriptedTeacherResource, TeacherResource
 
 __all__ = [
-    "EnvResource", "OpenAICompatiblePolicy", "OpenAITeacherResource", "PolicyResource",
+    "EnvResource", "LoopResource", "OpenAICompatiblePolicy", "OpenAITeacherResource", "PolicyResource",
     "ScriptedTeacherResource", "StoreResource", "TeacherResource", "TransformersPolicy",
 ]

@@ -4,6 +4,7 @@ import dagster as dg
 
 from envs import get_benchmark
 from envs.base import BenchmarkSpec, Env, Task
+from flywheel.validation import check_benchmark, check_benchmarks, check_data
 
 
 class EnvResource(dg.ConfigurableResource):
@@ -19,8 +20,16 @@ class EnvResource(dg.ConfigurableResource):
     max_steps: int | None = None
     env_options: dict[str, dict[str, Any]] = {}
 
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Fail the run at its first step, naming the fix, on unknown benchmarks or missing data."""
+        check_benchmarks(self.task_types, where="envs.task_types")
+        check_benchmarks(self.env_options, where="envs.env_options")
+        benchmark = run_benchmark(context)
+        if benchmark is not None:
+            check_data(check_benchmark(benchmark, where="the run's partition"))
+
     def spec(self, benchmark: str) -> BenchmarkSpec:
-        return get_benchmark(benchmark)
+        return get_benchmark(check_benchmark(benchmark))
 
     def tasks(self, benchmark: str, split: str) -> list[Task]:
         limit = self.train_limit if split == "train" else self.eval_limit
@@ -29,3 +38,10 @@ class EnvResource(dg.ConfigurableResource):
 
     def make_env(self, benchmark: str) -> Env:
         return self.spec(benchmark).make_env(**self.env_options.get(benchmark, {}))
+
+
+def run_benchmark(context: dg.InitResourceContext) -> str | None:
+    """The benchmark of the run's partition ("b" or "b|k"), if the run is partitioned."""
+    run = context.dagster_run
+    key = run.tags.get("dagster/partition") if run is not None else None
+    return key.split("|", 1)[0] if key else None

@@ -27,6 +27,14 @@ Never mention that you saw the future; reason from the observation and the goal.
 Answer with JSON only: {"steps": [{"thought": "...", "plan": "..."}, ...]} with exactly N items."""
 
 
+PROPOSE_INSTRUCTIONS = """You design training tasks for an agent in a text environment (curriculum synthesis).
+Propose NEW tasks that differ from the seed tasks in structure, length or goal, and are HARDER on purpose
+(longer solutions, more sub-goals, less help from the environment), but still possible in this environment.
+Every task must follow the params schema exactly; the environment rejects anything it cannot build or solve.
+You may pick from the listed candidates or write your own params.
+Answer with JSON only: {"tasks": [{"kind": "...", "params": {...}, "rationale": "..."}, ...]} with exactly N items."""
+
+
 class Cache:
     """Minimal cache protocol: the Store satisfies it."""
 
@@ -103,6 +111,47 @@ class OpenAITeacher:
         messages = [{"role": "system", "content": ANNOTATE_INSTRUCTIONS}, {"role": "user", "content": "\n".join(lines)}]
         text = self.chat(messages)
         return parse_annotations(text, expected=len(traj.steps))
+
+    def propose_tasks(
+        self,
+        *,
+        benchmark: str,
+        instructions: str,
+        schema: str,
+        seeds: list[dict],
+        candidates: list[dict],
+        n: int,
+        max_listed: int = 40,
+    ) -> list[Any]:
+        """Stage 2: ask the model for n harder tasks; returns raw items (validated by the caller)."""
+        seed_lines = [f"- {s.get('goal', '')[:200]!r} ({s.get('length', '?')} expert steps)" for s in seeds[:20]]
+        cand_lines = [json.dumps({k: c.get(k) for k in ("kind", "params", "expected_length", "note")}, default=str)
+                      for c in candidates[:max_listed]]
+        user = "\n".join([
+            f"Benchmark: {benchmark}", f"Environment instructions:\n{instructions[:3000]}",
+            f"Params schema:\n{schema}", f"Seed tasks ({len(seeds)}):", *seed_lines,
+            f"Candidates the environment can build ({len(candidates)}, first {len(cand_lines)}):", *cand_lines,
+            f"N = {n}",
+        ])
+        messages = [{"role": "system", "content": PROPOSE_INSTRUCTIONS}, {"role": "user", "content": user}]
+        return parse_proposals(self.chat(messages))[: max(n, 0)]
+
+
+def parse_proposals(text: str) -> list[Any]:
+    """The teacher's proposals as a list of raw items; an unreadable answer becomes one marked item.
+
+    Items are validated later, one by one (flywheel.curriculum), so a bad item is rejected
+    with its reason instead of failing the whole answer.
+    """
+    match = re.search(r"[\[{].*[\]}]", text, re.DOTALL)
+    try:
+        data: Any = json.loads(match.group(0) if match else text)
+    except ValueError as exc:
+        return [{"_unparsable": text[:500], "_error": f"not JSON ({exc})"}]
+    items = data.get("tasks") if isinstance(data, dict) else data
+    if not isinstance(items, list):
+        return [{"_unparsable": text[:500], "_error": "no 'tasks' list"}]
+    return items
 
 
 def parse_annotations(text: str, *, expected: int) -> list[Annotation]:

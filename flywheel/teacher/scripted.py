@@ -55,3 +55,22 @@ class ScriptedTeacher:
             plan = f"{intent[0].upper()}{intent[1:]}." + (f" Then {upcoming[0]}." if upcoming else " Done after that.")
             notes.append(Annotation(elaborate=elaborate, plan=plan))
         return notes
+
+    def propose_tasks(
+        self,
+        *,
+        benchmark: str,
+        instructions: str,
+        schema: str,
+        seeds: list[dict],
+        candidates: list[dict],
+        n: int,
+    ) -> list[dict]:
+        """Stage 2, offline: up to n of the env's concrete candidates, harder than the seeds on purpose.
+
+        Candidates expected to be at least as long as the seed median come first, and the
+        kinds (unused variation, harder task type, harder setting, ...) take turns.
+        """
+        from flywheel.curriculum.proposals import pick_harder
+
+        return pick_harder(candidates, [int(s.get("length", 0)) for s in seeds], n)

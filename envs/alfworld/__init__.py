@@ -1,0 +1,115 @@
+"""ALFWorld behind the flywheel's `BenchmarkSpec`: `SPEC` and `AlfWorldEnv`.
+
+Data comes from the shared tar.xz (unpacked once, lazily) or an official
+`alfworld-download` folder named by `$FLYWHEEL_ALFWORLD_DIR`. TextWorld is only
+imported in the worker process, so importing this package stays cheap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envs.alfworld import prompts
+from envs.alfworld.data import alfworld_root, game_file, load_index, load_traj_data
+from envs.alfworld.env import AlfWorldEnv
+from envs.alfworld.expert import EXPERT_MAX_STEPS, choose
+from envs.alfworld.tasks import (
+    ALIASES,
+    DEFAULT_MAX_STEPS,
+    TASK_TYPES,
+    eto_unseen_ids,
+    load_tasks,
+    split_folder,
+)
+from envs.alfworld.worker import WorkerClient
+from envs.base import Task
+from envs.data import cache_dir
+
+EXPERT_CACHE_VERSION = 1  # bump when the expert's behaviour changes
+
+
+@dataclass(frozen=True)
+class AlfWorldSpec:
+    """The ALFWorld benchmark: ETO splits, 40-step limit, `move X to Y` vocabulary."""
+
+    name: str = "alfworld"
+    root: str | None = None
+    max_steps: int = DEFAULT_MAX_STEPS
+    expert_seed: int = 0
+
+    def load_tasks(self, split: str, *, limit: int | None = None, task_types: tuple[str, ...] | None = None) -> list[Task]:
+        return load_tasks(split, limit=limit, task_types=task_types, root=self.root, max_steps=self.max_steps)
+
+    def make_env(self, **options: Any) -> AlfWorldEnv:
+        options.setdefault("root", self.root)
+        return AlfWorldEnv(**options)
+
+    def system_prompt(self) -> str:
+        return prompts.system_prompt()
+
+    def expert_actions(self, task: Task) -> list[str]:
+        """The handcoded expert's winning path, else the verified walkthrough (cached on disk)."""
+        if task.expert_actions is not None:
+            return list(task.expert_actions)
+        return list(self.expert_result(task)["actions"])
+
+    def expert_result(self, task: Task) -> dict[str, Any]:
+        """{"actions", "source", "handcoded": {...}, "walkthrough_won"} for `task`."""
+        folder = split_folder(task.split)
+        key = f"{folder}/{task.task_id}|{self.expert_seed}|{task.max_steps}|{EXPERT_CACHE_VERSION}"
+        path = cache_dir() / "alfworld_expert" / f"{hashlib.sha1(key.encode()).hexdigest()}.json"
+        if path.exists():
+            return json.loads(path.read_text())
+        root = alfworld_root(self.root)
+        result = solve_in_worker(root, folder, task.task_id, seed=self.expert_seed)
+        walkthrough = load_index(root)[folder][task.task_id]["walkthrough"]
+        actions, source = choose(result, walkthrough, task.max_steps)
+        record = {"task_id": task.task_id, "split": folder, "actions": actions, "source": source, **result}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, path)
+        return record
+
+    def normalize_action(self, raw: str) -> str:
+        return prompts.normalize_action(raw)
+
+    def describe_action(self, action: str) -> str:
+        return prompts.describe_action(action)
+
+
+_EXPERT_WORKER = WorkerClient(recycle_every=50, max_rss_mb=1024.0, timeout_s=600.0)
+_EXPERT_LOCK = threading.Lock()
+
+
+def solve_in_worker(
+    root: Path, folder: str, game_id: str, *, seed: int = 0, max_steps: int = EXPERT_MAX_STEPS, fix_move_tracking: bool = True
+) -> dict[str, Any]:
+    """Run `expert.solve` for one game in the shared, recycled expert worker."""
+    path = game_file(root, folder, game_id)
+    walkthrough = load_index(root)[folder][game_id]["walkthrough"]
+    options = {"seed": seed, "max_steps": max_steps, "fix_move_tracking": fix_move_tracking}
+    with _EXPERT_LOCK:
+        _EXPERT_WORKER.begin_episode()
+        return _EXPERT_WORKER.call(
+            "expert", game_file=str(path), traj_data=load_traj_data(path), walkthrough=walkthrough, options=options
+        )
+
+
+SPEC = AlfWorldSpec()
+
+__all__ = [
+    "ALIASES",
+    "SPEC",
+    "TASK_TYPES",
+    "AlfWorldEnv",
+    "AlfWorldSpec",
+    "eto_unseen_ids",
+    "solve_in_worker",
+]

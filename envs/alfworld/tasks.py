@@ -1,0 +1,102 @@
+"""ALFWorld splits as `Task` lists: train / seen / unseen, in a fixed sorted order.
+
+seen = all 140 `valid_seen` games, unseen = the 134 `valid_unseen` games (the
+ETO/MPO protocol's list), train = the 3,553 `train` games. Task ids are the
+relative game folders, e.g. "pick_heat_then_place_in_recep-Apple-None-GarbageCan-10/trial_T2019...".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from envs.alfworld.data import alfworld_root, load_index
+from envs.base import Task
+from envs.data import require
+
+BENCHMARK = "alfworld"
+DEFAULT_MAX_STEPS = 40  # the ETO protocol's limit
+ETO_UNSEEN_IDS = "splits/eto/alfworld_unseen_gamefile_id.txt"
+
+TASK_TYPES = (
+    "pick_and_place_simple",
+    "look_at_obj_in_light",
+    "pick_clean_then_place_in_recep",
+    "pick_heat_then_place_in_recep",
+    "pick_cool_then_place_in_recep",
+    "pick_two_obj_and_place",
+)
+ALIASES = {
+    "pick": "pick_and_place_simple",
+    "look": "look_at_obj_in_light",
+    "clean": "pick_clean_then_place_in_recep",
+    "heat": "pick_heat_then_place_in_recep",
+    "cool": "pick_cool_then_place_in_recep",
+    "pick_two": "pick_two_obj_and_place",
+}
+SPLIT_FOLDERS = {"train": "train", "seen": "valid_seen", "unseen": "valid_unseen", "valid_train": "valid_train"}
+
+
+def split_folder(split: str) -> str:
+    """Folder under json_2.1.1/ for a flywheel split name (raw folder names also accepted)."""
+    if split in SPLIT_FOLDERS:
+        return SPLIT_FOLDERS[split]
+    if split in SPLIT_FOLDERS.values():
+        return split
+    raise ValueError(f"Unknown ALFWorld split {split!r}. Known: {', '.join(SPLIT_FOLDERS)}.")
+
+
+def resolve_task_types(names: tuple[str, ...] | list[str] | None) -> tuple[str, ...] | None:
+    """Full task-type names from full names or short aliases; ValueError on unknown ones."""
+    if names is None:
+        return None
+    resolved = []
+    for name in names:
+        full = ALIASES.get(name, name)
+        if full not in TASK_TYPES:
+            raise ValueError(f"Unknown ALFWorld task type {name!r}. Known: {', '.join(TASK_TYPES)} or {', '.join(ALIASES)}.")
+        resolved.append(full)
+    return tuple(resolved)
+
+
+def task_type_of(game_id: str) -> str:
+    return game_id.split("-", 1)[0]
+
+
+def load_tasks(
+    split: str,
+    *,
+    limit: int | None = None,
+    task_types: tuple[str, ...] | None = None,
+    root: str | Path | None = None,
+    max_steps: int = DEFAULT_MAX_STEPS,
+) -> list[Task]:
+    """Tasks of a split in sorted game-id order, filtered by type before `limit` applies."""
+    folder = split_folder(split)
+    base = alfworld_root(root)
+    games = load_index(base).get(folder, {})
+    wanted = resolve_task_types(task_types)
+    tasks = []
+    for game_id in sorted(games):
+        task_type = task_type_of(game_id)
+        if wanted is not None and task_type not in wanted:
+            continue
+        entry = games[game_id]
+        tasks.append(
+            Task(
+                benchmark=BENCHMARK,
+                split=split,
+                task_id=game_id,
+                goal=entry["goal"],
+                max_steps=max_steps,
+                meta={"task_type": task_type, "split_folder": folder, "walkthrough": tuple(entry["walkthrough"])},
+            )
+        )
+        if limit is not None and len(tasks) >= limit:
+            break
+    return tasks
+
+
+def eto_unseen_ids() -> list[str]:
+    """The ETO/MPO protocol's 134 unseen game ids, as listed in the shared splits file."""
+    lines = require(ETO_UNSEEN_IDS).read_text().splitlines()
+    return [line.strip().strip("/") for line in lines if line.strip()]

@@ -1,0 +1,93 @@
+"""The living flywheel's decision: after iteration k, start k+1 or stop, and why.
+
+Plain code (no Dagster): `flywheel.sensors` gathers the facts of each finished iteration
+(from the Dagster instance and the store), calls `decide`, records the decision in the
+store's `iterations` table and, on "continue", requests iteration k+1.
+
+Rules, in order, for the latest finished iteration k:
+1. the gate check failed (empty or malformed gated dataset) -> stop;
+2. k == K (the iteration budget)                              -> stop;
+3. the gated dataset stopped growing: fewer than `min_new_successes` new unique
+   successes in each of the last `patience` iterations        -> stop;
+4. seen-split success stopped improving: the best of the last `patience` iterations is
+   not above the best before them by more than `min_improvement` -> stop;
+5. otherwise continue with k+1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+Action = Literal["continue", "stop"]
+
+
+@dataclass(frozen=True)
+class LoopPolicy:
+    max_iteration: int  # K: iterations 0..K
+    patience: int = 2
+    min_new_successes: int = 1
+    min_improvement: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.max_iteration < 0:
+            raise ValueError(f"K (max_iteration) must be >= 0, got {self.max_iteration}")
+        if self.patience < 1:
+            raise ValueError(f"patience must be >= 1, got {self.patience}")
+
+
+@dataclass(frozen=True)
+class IterationFacts:
+    iteration: int
+    gate_check_passed: bool
+    new_unique_successes: int
+    gated_total: int
+    seen_success: float | None = None
+    unseen_success: float | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    reason: str
+    next_iteration: int | None = None
+
+    @property
+    def code(self) -> str:
+        """Short machine-readable reason (a tag value)."""
+        return self.reason.split(":", 1)[0]
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def decide(history: Sequence[IterationFacts], policy: LoopPolicy) -> Decision:
+    """Decide after the last iteration in `history` (iterations 0..k, in order)."""
+    if not history:
+        raise ValueError("decide() needs at least one finished iteration")
+    hist = sorted(history, key=lambda h: h.iteration)
+    cur = hist[-1]
+    k = cur.iteration
+    if not cur.gate_check_passed:
+        return Decision("stop", f"gate_check_failed: gated_dataset_is_usable failed for iteration {k} "
+                                f"({cur.new_unique_successes} new unique successes); nothing new to train on. "
+                                "Re-run rollouts and the gate (more samples, a better checkpoint) to resume.")
+    if k >= policy.max_iteration:
+        return Decision("stop", f"budget: reached the iteration budget K={policy.max_iteration} "
+                                f"(iteration {k}: +{cur.new_unique_successes} new, seen success {_fmt(cur.seen_success)})")
+    window = hist[-policy.patience:]
+    if len(window) == policy.patience and all(h.new_unique_successes < policy.min_new_successes for h in window):
+        counts = [h.new_unique_successes for h in window]
+        return Decision("stop", f"dataset_stalled: the gated dataset stopped growing: new unique successes {counts} "
+                                f"in the last {policy.patience} iteration(s), each below {policy.min_new_successes}")
+    before = [h.seen_success for h in hist[: -policy.patience] if h.seen_success is not None]
+    recent = [h.seen_success for h in window if h.seen_success is not None]
+    if before and recent and max(recent) <= max(before) + policy.min_improvement:
+        return Decision("stop", f"seen_stalled: seen-split success stopped improving: best {max(recent):.3f} in the "
+                                f"last {policy.patience} iteration(s) vs {max(before):.3f} before "
+                                f"(needs > +{policy.min_improvement:g})")
+    return Decision("continue", f"continue: iteration {k} added {cur.new_unique_successes} new unique successes "
+                                f"(gated total {cur.gated_total}), seen success {_fmt(cur.seen_success)}; "
+                                f"starting iteration {k + 1} of K={policy.max_iteration}", next_iteration=k + 1)

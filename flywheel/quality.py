@@ -1,0 +1,128 @@
+"""Is policy k better than policy k-1? Success-rate differences with confidence intervals.
+
+- `wilson_interval`: score interval of one proportion.
+- `newcombe_difference`: Newcombe's hybrid score interval (method 10) for p1 - p0 from two
+  Wilson intervals; good coverage for small n, never outside [-1, 1].
+- `paired_bootstrap`: when both checkpoints played the *same* tasks (the seen split is fixed),
+  resample tasks with replacement and take the percentile interval of the mean difference.
+- `compare_iterations`: both, for evaluation(b, k) vs evaluation(b, k-1) on a split, read
+  from the store. The primary interval is the paired one when every task pairs up.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from flywheel.store import Store
+
+Z95 = 1.959963984540054
+
+
+def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    if n <= 0:
+        return 0.0, 1.0
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def newcombe_difference(s1: int, n1: int, s0: int, n0: int, z: float = Z95) -> tuple[float, float, float]:
+    """(p1 - p0, low, high) by Newcombe's method 10."""
+    p1 = s1 / n1 if n1 else 0.0
+    p0 = s0 / n0 if n0 else 0.0
+    l1, u1 = wilson_interval(s1, n1, z)
+    l0, u0 = wilson_interval(s0, n0, z)
+    d = p1 - p0
+    low = d - math.sqrt((p1 - l1) ** 2 + (u0 - p0) ** 2)
+    high = d + math.sqrt((u1 - p1) ** 2 + (p0 - l0) ** 2)
+    return d, max(-1.0, low), min(1.0, high)
+
+
+def paired_bootstrap(
+    pairs: Sequence[tuple[float, float]], *, n_boot: int = 2000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float, float]:
+    """(mean(new - old), low, high) over tasks; `pairs` = (new_outcome, old_outcome) per task."""
+    if not pairs:
+        return 0.0, -1.0, 1.0
+    diffs = [a - b for a, b in pairs]
+    mean = sum(diffs) / len(diffs)
+    rng = random.Random(seed)
+    n = len(diffs)
+    stats = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_boot))
+    lo_i = int(math.floor((1 - level) / 2 * n_boot))
+    hi_i = min(n_boot - 1, int(math.ceil((1 + level) / 2 * n_boot)) - 1)
+    return mean, stats[lo_i], stats[hi_i]
+
+
+@dataclass
+class Comparison:
+    passed: bool
+    verdict: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def _outcomes(db: Store, benchmark: str, iteration: int, split: str) -> dict[str, bool]:
+    df = db.query(
+        "SELECT task_id, success FROM trajectories WHERE benchmark = ? AND iteration = ? AND split = ? "
+        "AND source = 'policy' AND status = 'ok' AND sample = 0",
+        [benchmark, iteration, split],
+    )
+    return {r["task_id"]: bool(r["success"]) for r in df.iter_rows(named=True)}
+
+
+def compare_iterations(db: Store, benchmark: str, k: int, *, split: str = "seen", level: float = 0.95) -> Comparison:
+    """Evaluation of checkpoint k vs k-1 on `split`. Fails (for a WARN check) only when k is
+    significantly worse: the whole interval of the difference lies below 0."""
+    if k == 0:
+        return Comparison(True, "no previous checkpoint (k=0)", {"split": split, "previous": "none"})
+    ev = db.query(
+        "SELECT iteration, episodes, success_rate, checkpoint_id FROM evaluations "
+        "WHERE benchmark = ? AND split = ? AND iteration IN (?, ?)",
+        [benchmark, split, k, k - 1],
+    )
+    rows = {r["iteration"]: r for r in ev.iter_rows(named=True)}
+    if k not in rows or (k - 1) not in rows:
+        missing = [i for i in (k - 1, k) if i not in rows]
+        return Comparison(True, f"evaluation missing for iteration(s) {missing}: nothing to compare",
+                          {"split": split, "missing_iterations": str(missing)})
+    new, old = rows[k], rows[k - 1]
+    n1, n0 = int(new["episodes"]), int(old["episodes"])
+    s1, s0 = round(new["success_rate"] * n1), round(old["success_rate"] * n0)
+    z = Z95 if level == 0.95 else _z_for(level)
+    d, lo, hi = newcombe_difference(s1, n1, s0, n0, z)
+    meta: dict[str, Any] = {
+        "split": split, "iteration": k, "previous_iteration": k - 1,
+        "success_k": s1 / n1 if n1 else 0.0, "success_k_minus_1": s0 / n0 if n0 else 0.0,
+        "episodes_k": n1, "episodes_k_minus_1": n0, "delta": d,
+        "newcombe_ci_low": lo, "newcombe_ci_high": hi, "confidence": level,
+    }
+    method = "newcombe"
+    a, b = _outcomes(db, benchmark, k, split), _outcomes(db, benchmark, k - 1, split)
+    common = sorted(set(a) & set(b))
+    if common and len(common) == len(a) == len(b):
+        pd, plo, phi = paired_bootstrap([(float(a[t]), float(b[t])) for t in common], level=level)
+        meta.update({"paired_tasks": len(common), "paired_delta": pd, "paired_ci_low": plo, "paired_ci_high": phi,
+                     "tasks_gained": sum(a[t] and not b[t] for t in common),
+                     "tasks_lost": sum(b[t] and not a[t] for t in common)})
+        method, lo, hi = "paired_bootstrap", plo, phi
+    meta.update({"method": method, "ci_low": lo, "ci_high": hi})
+    if hi < 0:
+        verdict = f"policy k={k} is significantly worse than k={k - 1} on {split} (delta {d:+.3f}, CI [{lo:+.3f}, {hi:+.3f}])"
+    elif lo > 0:
+        verdict = f"policy k={k} is significantly better than k={k - 1} on {split} (delta {d:+.3f}, CI [{lo:+.3f}, {hi:+.3f}])"
+    else:
+        verdict = f"no significant difference between k={k} and k={k - 1} on {split} (delta {d:+.3f}, CI [{lo:+.3f}, {hi:+.3f}])"
+    meta["verdict"] = verdict
+    return Comparison(hi >= 0, verdict, meta)
+
+
+def _z_for(level: float) -> float:
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf((1 + level) / 2)

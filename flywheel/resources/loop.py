@@ -1,0 +1,51 @@
+import dagster as dg
+
+from flywheel.loop import LoopPolicy
+from flywheel.settings import iteration_budget, max_iteration
+from flywheel.validation import ConfigurationError, check_benchmarks, check_budget
+
+
+class LoopResource(dg.ConfigurableResource):
+    """Knobs of the living flywheel (sensor/schedule decisions, adaptive sampling, the gate's cap).
+
+    `max_iterations` is K: the loop runs iterations 0..K per benchmark (K <= FLYWHEEL_MAX_ITERATION,
+    the partition range). It stops early when the gated dataset stops growing
+    (`min_new_successes`) or seen-split success stops improving (`min_improvement`) for
+    `patience` iterations in a row.
+    """
+
+    max_iterations: int = iteration_budget()
+    patience: int = 2
+    min_new_successes: int = 1
+    min_improvement: float = 0.0
+    benchmarks: list[str] = []  # which benchmarks the sensor/schedule drive; empty = every bootstrapped one
+    # Hard tasks: adaptive per-task attempts within samples_per_task * n_tasks.
+    adaptive_sampling: bool = True
+    min_samples_per_task: int = 1
+    max_samples_per_task: int | None = None
+    history_decay: float = 1.0  # weight of older iterations' task stats (1 = plain sums)
+    # Dataset: at most this many gated successes per task over all iterations (None = no cap).
+    max_gated_per_task: int | None = None
+
+    def validate(self) -> None:
+        check_budget(self.max_iterations, max_partition=max_iteration())
+        check_benchmarks(self.benchmarks, where="loop.benchmarks")
+        if self.patience < 1:
+            raise ConfigurationError(f"loop.patience must be >= 1, got {self.patience}")
+        if self.min_samples_per_task < 0:
+            raise ConfigurationError(f"loop.min_samples_per_task must be >= 0, got {self.min_samples_per_task}")
+        if self.max_samples_per_task is not None and self.max_samples_per_task < max(self.min_samples_per_task, 1):
+            raise ConfigurationError(
+                f"loop.max_samples_per_task ({self.max_samples_per_task}) must be >= max(1, min_samples_per_task)")
+        if self.max_gated_per_task is not None and self.max_gated_per_task < 1:
+            raise ConfigurationError(f"loop.max_gated_per_task must be >= 1 or null, got {self.max_gated_per_task}")
+        if not 0 < self.history_decay <= 1:
+            raise ConfigurationError(f"loop.history_decay must be in (0, 1], got {self.history_decay}")
+
+    def policy(self) -> LoopPolicy:
+        self.validate()
+        return LoopPolicy(max_iteration=self.max_iterations, patience=self.patience,
+                          min_new_successes=self.min_new_successes, min_improvement=self.min_improvement)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self.validate()

@@ -1,0 +1,226 @@
+"""The living flywheel: a sensor and a schedule that run iterations k = 0..K per benchmark.
+
+Both evaluate the same `evaluate_loop`, per benchmark:
+
+1. not bootstrapped (`synthetic_curriculum(b)` never materialized) -> nothing to do;
+2. iteration 0 not started -> request `iteration_job(b, 0)`;
+3. walk k = 0, 1, ... over the decisions recorded in the store's `iterations` table;
+   at the first undecided k: wait until `gated_dataset(b,k)` ran, its blocking check
+   `gated_dataset_is_usable` was evaluated and `evaluation(b,k)` materialized (facts read
+   from the Dagster instance), then `flywheel.loop.decide` says continue or stop and why;
+   the decision is claimed in `iterations` (so the sensor and the schedule never both
+   launch), and "continue" requests `iteration_job(b, k+1)` with the decision in its tags.
+
+The cursor of the sensor holds the latest state per benchmark (shown in the UI), the run
+tags say why each run was started, and `iterations` keeps the whole history. A stop at
+the budget is reopened when K is raised.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import dagster as dg
+from dagster._core.event_api import PartitionKeyFilter
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+
+from envs import REGISTRY
+from flywheel.loop import Decision, IterationFacts, LoopPolicy, decide
+from flywheel.partitions import partition_key
+from flywheel.resources import LoopResource, StoreResource
+from flywheel.settings import loop_cron, max_iteration
+from flywheel.store import Store
+
+ITERATION_JOB = "iteration_job"
+GATE_CHECK = dg.AssetCheckKey(dg.AssetKey("gated_dataset"), "gated_dataset_is_usable")
+CURRICULUM = dg.AssetKey("synthetic_curriculum")
+EVALUATION = dg.AssetKey("evaluation")
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
+TAG_PREFIX = "flywheel/"
+
+
+@dataclass
+class LoopTick:
+    run_requests: list[dg.RunRequest] = field(default_factory=list)
+    status: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        if not self.status:
+            return "no benchmark to drive"
+        return "; ".join(f"{b}: {s['state']}" + (f" at k={s['iteration']}" if s.get("iteration") is not None else "")
+                         + f" ({s['reason']})" for b, s in sorted(self.status.items()))
+
+    def cursor(self) -> str:
+        return json.dumps(self.status, sort_keys=True)
+
+
+# -- facts from the Dagster instance ---------------------------------------------------------
+def _materialization(instance: dg.DagsterInstance, asset: dg.AssetKey, partition: str) -> Any | None:
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=asset, asset_partitions=[partition]), limit=1
+    ).records
+    return records[0] if records else None
+
+
+def gate_check_passed(instance: dg.DagsterInstance, partition: str) -> bool | None:
+    """Latest evaluation of `gated_dataset_is_usable` on the partition: True/False, None if none."""
+    latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(
+        [GATE_CHECK], partition_filter=PartitionKeyFilter(key=partition)
+    ).get(GATE_CHECK)
+    if latest is None or latest.status == AssetCheckExecutionRecordStatus.PLANNED:
+        return None
+    return latest.status == AssetCheckExecutionRecordStatus.SUCCEEDED
+
+
+def in_flight(instance: dg.DagsterInstance, partition: str) -> bool:
+    return bool(instance.get_run_records(
+        filters=dg.RunsFilter(job_name=ITERATION_JOB, statuses=IN_FLIGHT, tags={"dagster/partition": partition}),
+        limit=1,
+    ))
+
+
+# -- the tick ---------------------------------------------------------------------------------
+def _started(instance: dg.DagsterInstance, db: Store, benchmark: str, k: int) -> bool:
+    """Iteration k is running, or was trained after the gate it depends on."""
+    if in_flight(instance, str(partition_key(benchmark, k))):
+        return True
+    ckpt = db.latest_checkpoint(benchmark, k)
+    if ckpt is None:
+        return False
+    if k == 0:
+        return True
+    gate = db.gate_run(benchmark, k - 1)
+    return gate is None or ckpt["created_at"] >= gate["created_at"]
+
+
+def _request(benchmark: str, k: int, run_key: str, trigger: str, decision: Decision | None, after: int | None) -> dg.RunRequest:
+    tags = {f"{TAG_PREFIX}trigger": trigger, f"{TAG_PREFIX}decision": decision.action if decision else "start",
+            f"{TAG_PREFIX}reason": (decision.reason if decision else "bootstrap complete: starting iteration 0")[:480]}
+    if after is not None:
+        tags[f"{TAG_PREFIX}after_iteration"] = str(after)
+    return dg.RunRequest(run_key=run_key, partition_key=str(partition_key(benchmark, k)), tags=tags)
+
+
+def _facts(db: Store, benchmark: str, k: int, rows: dict[int, dict[str, Any]], check_passed: bool) -> IterationFacts:
+    row = rows.get(k) or {}
+    gate = db.gate_run(benchmark, k) or {}
+    ev = db.query("SELECT split, success_rate FROM evaluations WHERE benchmark = ? AND iteration = ?", [benchmark, k])
+    by_split = {r["split"]: r["success_rate"] for r in ev.iter_rows(named=True)}
+    new = row.get("new_unique_successes")
+    total = row.get("gated_total")
+    return IterationFacts(
+        iteration=k, gate_check_passed=check_passed,
+        new_unique_successes=int(new if new is not None else gate.get("passed", 0) or 0),
+        gated_total=int(total if total is not None else len(db.gated_ids(benchmark, up_to_iteration=k))),
+        seen_success=by_split.get("seen"), unseen_success=by_split.get("unseen"),
+    )
+
+
+def _benchmark_tick(instance: dg.DagsterInstance, db: Store, policy: LoopPolicy, benchmark: str, trigger: str,
+                    tick: LoopTick) -> None:
+    def state(name: str, k: int | None, reason: str) -> None:
+        tick.status[benchmark] = {"state": name, "iteration": k, "reason": reason}
+
+    curriculum = _materialization(instance, CURRICULUM, benchmark)
+    if curriculum is None:
+        return state("not_bootstrapped", None, "synthetic_curriculum not materialized: run bootstrap_job")
+    if not _started(instance, db, benchmark, 0):
+        run_key = f"flywheel:{benchmark}:0:curriculum@{curriculum.storage_id}"
+        if not db.claim_start(benchmark, run_key, trigger):
+            return state("waiting", 0, f"iteration 0 already requested ({run_key}); no checkpoint yet: see that run")
+        tick.run_requests.append(_request(benchmark, 0, run_key, trigger, None, None))
+        return state("launched", 0, "bootstrap complete: starting iteration 0")
+    rows = {r["iteration"]: r for r in db.iterations(benchmark).iter_rows(named=True)}
+    k = 0
+    while True:
+        partition = str(partition_key(benchmark, k))
+        row = rows.get(k) or {}
+        decided = row.get("decision")
+        if decided == "stop" and str(row.get("reason", "")).startswith("budget") and k < policy.max_iteration:
+            db.clear_decision(benchmark, k)  # K was raised since: decide again
+            decided = None
+        if decided == "continue":
+            if not _started(instance, db, benchmark, k + 1):
+                tick.run_requests.append(_request(
+                    benchmark, k + 1, row.get("next_run_key") or f"flywheel:{benchmark}:{k + 1}:retry",
+                    trigger, Decision("continue", row["reason"], k + 1), k))
+                return state("launched", k + 1, str(row["reason"]))
+            k += 1
+            continue
+        if decided is not None:
+            return state("stopped", k, str(row["reason"]))
+        if in_flight(instance, partition):
+            return state("running", k, f"iteration_job {partition} is running")
+        gate = db.gate_run(benchmark, k)
+        passed = gate_check_passed(instance, partition)
+        missing = [what for what, ok in (
+            ("gated_dataset", gate is not None), ("gated_dataset_is_usable", passed is not None),
+            ("evaluation", _materialization(instance, EVALUATION, partition) is not None)) if not ok]
+        if missing:
+            return state("waiting", k, f"waiting for {', '.join(missing)} of {partition}")
+        history = [_facts(db, benchmark, i, rows, True) for i in range(k)]
+        history.append(_facts(db, benchmark, k, rows, bool(passed)))
+        decision = decide(history, policy)
+        cur = history[-1]
+        ckpt = db.latest_checkpoint(benchmark, k) or {}
+        run_key = f"flywheel:{benchmark}:{k + 1}:gate@{gate['created_at'].isoformat()}" if gate else None
+        claimed = db.claim_decision(benchmark, k, {
+            "checkpoint_id": ckpt.get("checkpoint_id"), "train_trajectories": ckpt.get("n_trajectories"),
+            "seen_success": cur.seen_success, "unseen_success": cur.unseen_success, "gate_check_passed": bool(passed),
+            "decision": decision.action, "reason": decision.reason, "decided_by": trigger,
+            "next_run_key": run_key if decision.action == "continue" else None,
+        })
+        if not claimed:  # the other trigger decided k in the meantime: read it next tick
+            return state("decided", k, "decided by another trigger")
+        if decision.action == "continue" and not _started(instance, db, benchmark, k + 1):
+            tick.run_requests.append(_request(benchmark, k + 1, str(run_key), trigger, decision, k))
+            return state("launched", k + 1, decision.reason)
+        return state("stopped" if decision.action == "stop" else "continued", k, decision.reason)
+
+
+def evaluate_loop(instance: dg.DagsterInstance, db: Store, loop: LoopResource, *, trigger: str) -> LoopTick:
+    """One tick of the loop over the configured benchmarks (all registered ones by default)."""
+    policy = loop.policy()  # validates K, benchmarks, knobs: a bad config fails the tick loudly
+    tick = LoopTick()
+    for benchmark in loop.benchmarks or sorted(REGISTRY):
+        _benchmark_tick(instance, db, policy, benchmark, trigger, tick)
+    return tick
+
+
+@dg.sensor(
+    job_name=ITERATION_JOB,
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.STOPPED,
+    description="Starts flywheel iteration k+1 once iteration k's gate check passed and its evaluation "
+    "materialized; stops at K or when the gated dataset / seen success stop improving (see `iterations`).",
+)
+def flywheel_sensor(context: dg.SensorEvaluationContext, store: StoreResource, loop: LoopResource) -> dg.SensorResult:
+    tick = evaluate_loop(context.instance, store.get(), loop, trigger="sensor")
+    if tick.run_requests:
+        return dg.SensorResult(run_requests=tick.run_requests, cursor=tick.cursor())
+    return dg.SensorResult(skip_reason=tick.summary(), cursor=tick.cursor())
+
+
+@dg.schedule(
+    cron_schedule=loop_cron(),
+    job_name=ITERATION_JOB,
+    default_status=dg.DefaultScheduleStatus.STOPPED,
+    description="The flywheel loop on a cadence ($FLYWHEEL_LOOP_CRON): the same decisions as flywheel_sensor.",
+)
+def flywheel_schedule(context: dg.ScheduleEvaluationContext, store: StoreResource, loop: LoopResource):
+    tick = evaluate_loop(context.instance, store.get(), loop, trigger="schedule")
+    return tick.run_requests or dg.SkipReason(tick.summary())
+
+
+def iteration_run_tags(key: str) -> dict[str, str]:
+    """Tags of every iteration_job run: the queue runs one iteration per benchmark at a time
+    (`flywheel/benchmark` limit in dagster.yaml), lower k first (`dagster/priority` = -k)."""
+    benchmark, k = key.split("|")
+    if int(k) > max_iteration():
+        raise ValueError(f"iteration {k} is outside 0..{max_iteration()}")
+    return {f"{TAG_PREFIX}benchmark": benchmark, f"{TAG_PREFIX}iteration": k, "dagster/priority": str(-int(k))}

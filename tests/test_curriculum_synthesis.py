@@ -1,0 +1,166 @@
+"""Synthesized tasks round-trip through the real envs: proposed, instantiated, solved, annotated, stored.
+
+Impossible or unparsable proposals are rejected with their reason, never an exception.
+ALFWorld's full round trip (TextWorld compiles each new game, ~1 min) is marked slow.
+"""
+
+import pytest
+
+from envs import get_benchmark
+from flywheel.curriculum.proposals import get_synthesizer
+from flywheel.curriculum.solving import synthesize
+from flywheel.curriculum.tables import write_proposals
+from flywheel.seeds import collect_expert
+from flywheel.store import Store
+from flywheel.teacher import ScriptedTeacher
+from flywheel.teacher.base import apply_annotations
+
+
+class ScriptedProposals(ScriptedTeacher):
+    """The scripted teacher, proposing a fixed list (a test double for the *proposer* only)."""
+
+    def __init__(self, describe, proposals):
+        super().__init__(describe)
+        self.proposals = proposals
+        self.offered = []
+
+    def propose_tasks(self, *, benchmark, instructions, schema, seeds, candidates, n):
+        self.offered = candidates
+        return [p(candidates) if callable(p) else p for p in self.proposals]
+
+
+def seeds_of(benchmark, **load):
+    spec = get_benchmark(benchmark)
+    tasks = spec.load_tasks("train", **load)
+    ok, failed = collect_expert(spec, tasks)
+    assert not failed
+    teacher = ScriptedTeacher(spec.describe_action)
+    return spec, tasks, [apply_annotations(t, teacher.annotate(t, "")) for t in ok]
+
+
+def run(benchmark, teacher, seed_tasks, seed_trajs, n):
+    spec = get_benchmark(benchmark)
+    return synthesize(benchmark=benchmark, synthesizer=get_synthesizer(benchmark), teacher=teacher,
+                      seed_tasks=seed_tasks, seed_trajs=seed_trajs,
+                      holdout=spec.load_tasks("seen") + spec.load_tasks("unseen"),
+                      instructions=spec.system_prompt(), n_proposals=n)
+
+
+def test_webshop_synthesized_goals_round_trip(tmp_path):
+    spec, tasks, seeds = seeds_of("webshop", limit=3)
+    result = run("webshop", ScriptedTeacher(spec.describe_action), tasks, seeds, n=4)
+    assert result.counts() == {"proposals": 4, "valid": 4, "solved": 4, "kept": 4, "rejected": 0, "unsolved": 0,
+                               "annotation_failed": 0}
+    for traj, task in zip(result.trajectories, result.tasks, strict=True):
+        assert traj.source == "synthetic" and traj.success and traj.reward == 1.0
+        assert task.meta["synthetic_goal"]["instruction_text"] in traj.steps[0].observation  # the env shows the new goal
+        assert traj.steps[-1].action == "click[Buy Now]" and all(s.elaborate and s.plan for s in traj.steps)
+        seed_goals = {(t.meta["asin"], str(t.meta["goal_options"]), str(t.meta["attributes"])) for t in tasks}
+        assert (task.meta["asin"], str(task.meta["goal_options"]), str(task.meta["attributes"])) not in seed_goals
+    db = Store(tmp_path / "s.duckdb")
+    db.write_trajectories(result.trajectories, replace_scope={"benchmark": "webshop", "source": "synthetic"})
+    back = db.load_trajectories(benchmark="webshop", source="synthetic")
+    assert sorted(t.traj_id for t in back) == sorted(t.traj_id for t in result.trajectories)
+    assert {len(t.steps) for t in back} >= {5}
+
+
+def test_webshop_impossible_proposals_are_rejected_with_reasons(tmp_path):
+    spec, tasks, seeds = seeds_of("webshop", limit=2)
+    good = lambda cands: {"kind": "k", "params": dict(cands[0]["params"])}  # noqa: E731
+    change = lambda **kw: lambda cands: {"params": {**cands[0]["params"], **kw}}  # noqa: E731
+    holdout_asin = spec.load_tasks("seen")[0].meta["asin"]
+    teacher = ScriptedProposals(spec.describe_action, [
+        "please make it harder",
+        {"kind": "k"},
+        change(asin="B000000000"),
+        change(options={"color": "plaid tartan"}),
+        change(attributes=["made of moon rock"]),
+        change(price_upper=0.5),
+        change(asin=holdout_asin),
+        good,
+        good,
+    ])
+    result = run("webshop", teacher, tasks, seeds, n=9)
+    reasons = [(p.status, p.reason) for p in result.proposals]
+    assert [s for s, _ in reasons] == ["rejected"] * 7 + ["solved", "rejected"]
+    text = [r for _, r in reasons]
+    assert "expected a JSON object" in text[0] and "no 'params'" in text[1]
+    assert "unknown product asin" in text[2] and "offers no" in text[3] and "not a property" in text[4]
+    assert "not above the product's price" in text[5] and "evaluation goal" in text[6]
+    assert text[8].startswith("duplicate of proposal")
+    db = Store(tmp_path / "s.duckdb")
+    write_proposals(db, "webshop", [p.record() for p in result.proposals])
+    rows = db.query("SELECT status, reason FROM curriculum_proposals ORDER BY proposal_id")
+    assert rows.height == 9 and rows.filter(rows["status"] == "rejected")["reason"].str.len_chars().min() > 10
+
+
+def test_scienceworld_synthesized_tasks_round_trip_and_rejections():
+    spec, tasks, seeds = seeds_of("scienceworld", limit=2, task_types=("find-non-living-thing",))
+    pick = lambda kind: lambda cands: next(c for c in cands if c["kind"] == kind)  # noqa: E731
+    held = spec.load_tasks("unseen", task_types=("find-animal",))[0]
+    teacher = ScriptedProposals(spec.describe_action, [
+        pick("unused_variation"),
+        pick("harder_task_type"),
+        pick("harder_setting"),
+        {"params": {"task_name": "find-animal", "variation": 99999}},
+        {"params": {"task_name": "power-component", "variation": 1, "simplification": "noElectricalAction"}},
+        {"params": {"task_name": "find-animal", "variation": held.meta["variation"]}},
+        {"params": {"task_name": "bake-a-cake", "variation": 1}},
+        {"params": {"task_name": tasks[0].meta["task_name"], "variation": tasks[0].meta["variation"]}},
+    ])
+    result = run("scienceworld", teacher, tasks, seeds, n=8)
+    status = [p.status for p in result.proposals]
+    assert status == ["solved"] * 3 + ["rejected"] * 5, [(p.status, p.reason) for p in result.proposals]
+    reasons = [p.reason for p in result.proposals[3:]]
+    assert "cannot instantiate" in reasons[0] and "exceeds the total number of variations" in reasons[0]
+    assert "needs electrical actions" in reasons[1] and "evaluation task" in reasons[2]
+    assert "Unknown ScienceWorld task" in reasons[3] and "already a seed" in reasons[4]
+    by_kind = {p.kind: t for p, t in zip(result.proposals[:3], result.trajectories, strict=True)}
+    assert all(t.success and t.source == "synthetic" for t in result.trajectories)
+    seed_max = max(len(s.steps) for s in seeds)
+    assert len(by_kind["harder_task_type"].steps) > seed_max  # a harder type: a longer gold path
+    assert result.tasks[2].meta["simplification"] == "" and result.tasks[2].task_id.endswith("@none")
+    assert "harder" in result.proposals[1].rationale or "steps" in result.proposals[1].rationale
+
+
+def test_alfworld_proposals_are_checked_against_the_scene():
+    spec = get_benchmark("alfworld")
+    synth = get_synthesizer("alfworld")
+    seeds = spec.load_tasks("train", limit=2, task_types=("pick_and_place_simple",))
+    holdout = spec.load_tasks("seen") + spec.load_tasks("unseen")
+    cands = synth.candidates(seeds, holdout=holdout, limit=6)
+    assert cands and {c["params"]["base_game"] for c in cands} <= {t.task_id for t in seeds}
+    task = synth.instantiate(cands[0]["params"], seeds=seeds, holdout=holdout)
+    assert task.meta["game_file"].endswith("game.tw-pddl") and task.goal.endswith(".")
+    game = __import__("json").loads(open(task.meta["game_file"]).read())
+    assert task.goal in game["grammar"] and cands[0]["params"]["object"] in game["pddl_problem"].split("(:goal")[1]
+    base = seeds[0].task_id  # a bedroom: an alarm clock on a desk
+    bad = {
+        "needs a Microwave": dict(task_type="pick_heat_then_place_in_recep", object="Book", receptacle="Desk"),
+        "no object of type 'Giraffe'": dict(task_type="pick_and_place_simple", object="Giraffe", receptacle="Desk"),
+        "same goal as its base game": dict(task_type="pick_and_place_simple", object="AlarmClock", receptacle="Desk"),
+        "unknown task type": dict(task_type="juggle", object="AlarmClock"),
+        "cannot hold": dict(task_type="pick_and_place_simple", object="Laptop", receptacle="GarbageCan"),
+    }
+    for reason, params in bad.items():
+        with pytest.raises(ValueError, match=reason):
+            synth.instantiate({"base_game": base, **params}, seeds=seeds, holdout=holdout)
+    with pytest.raises(ValueError, match="not a training game"):
+        synth.instantiate({"base_game": holdout[0].task_id, "task_type": "pick_and_place_simple", "object": "Apple",
+                           "receptacle": "Fridge"}, seeds=seeds, holdout=holdout)
+
+
+@pytest.mark.slow
+def test_alfworld_synthesized_goal_round_trips_through_textworld():
+    spec = get_benchmark("alfworld")
+    tasks = spec.load_tasks("train", limit=1, task_types=("pick_and_place_simple",))
+    seed = [apply_annotations(t, ScriptedTeacher(spec.describe_action).annotate(t, ""))
+            for t in collect_expert(spec, tasks)[0]]
+    teacher = ScriptedProposals(spec.describe_action, [
+        lambda cands: next(c for c in cands if c["params"]["task_type"] == "look_at_obj_in_light"),
+    ])
+    result = run("alfworld", teacher, tasks, seed, n=1)
+    assert result.counts()["kept"] == 1, [(p.status, p.reason) for p in result.proposals]
+    [traj] = result.trajectories
+    assert traj.success and traj.source == "synthetic" and traj.steps[-1].action.startswith("use ")
+    assert result.tasks[0].goal.rstrip(".") in traj.steps[0].observation

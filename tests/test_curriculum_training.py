@@ -1,0 +1,116 @@
+"""The curriculum order reaches the trainer: sft_checkpoint passes it, and the SFT dataloader keeps it."""
+
+import dagster as dg
+import pytest
+
+import flywheel.assets.training as training_assets
+import flywheel.policy.training as training
+from flywheel.assets.curriculum import CurriculumResource
+from flywheel.partitions import partition_key
+from flywheel.policy.models import build_tiny_model, load_tokenizer
+from flywheel.policy.training import TrainConfig, TrainResult, sft_examples, train_sft
+from flywheel.resources import EnvResource, StoreResource, TransformersPolicy
+from flywheel.store import Store
+from flywheel.trajectory import Step, Trajectory
+
+BENCH = "scienceworld"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("m") / "tiny", vocab_size=300)
+
+
+def marked(i: int, n_steps: int = 1, source="teacher", iteration=0) -> Trajectory:
+    steps = [Step(observation=f"task zq{i}q", elaborate="think", plan="plan", action=f"act {t}",
+                  next_observation="ok") for t in range(n_steps)]
+    return Trajectory(benchmark=BENCH, split="train", task_id=f"task{i}", source=source, iteration=iteration,
+                      goal=f"zq{i}q", steps=steps, success=True, reward=1.0)
+
+
+def test_given_order_reaches_the_trainer_batches(tmp_path, tiny, monkeypatch):
+    """Capture the batches the SFT dataloader yields: they come in the given (curriculum) order."""
+    captured = []
+    real = training._InOrderSFTTrainer
+
+    def capturing_trainer():
+        class Capturing(real()):
+            def training_step(self, model, inputs, *args, **kwargs):
+                captured.append(inputs["input_ids"].clone())
+                return super().training_step(model, inputs, *args, **kwargs)
+
+        return Capturing
+
+    monkeypatch.setattr(training, "_InOrderSFTTrainer", capturing_trainer)
+    order = [3, 0, 5, 1, 4, 2]
+    rows = sft_examples([marked(i) for i in order], lambda _t: "instr")
+    train_sft(tiny, rows, tmp_path / "ck", TrainConfig(epochs=1, batch_size=2, learning_rate=1e-3, order="given"))
+    tok = load_tokenizer(tiny)
+    seen = []
+    for batch in captured:
+        for ids in batch:
+            text = tok.decode(ids, skip_special_tokens=True)
+            seen.append(int(text.split("zq", 1)[1].split("q", 1)[0]))
+    assert seen == order
+
+
+def _store_with_seeds(path) -> Store:
+    db = Store(path)
+    lengths = {0: 6, 1: 2, 2: 9, 3: 4}
+    db.write_trajectories([marked(i, n) for i, n in lengths.items()])
+    db.write_trajectories([marked(10 + i, n, source="synthetic") for i, n in enumerate([12, 1, 7])])
+    return db
+
+
+def _run_sft(tmp_path, monkeypatch, curriculum, k=0):
+    calls = []
+
+    def fake_train(base, examples, out, cfg, progress=None):
+        calls.append((examples, cfg))
+        return TrainResult(path=str(out), n_examples=len(examples), n_dropped=0, train_loss=1.0, steps=1)
+
+    monkeypatch.setattr(training_assets, "train_sft", fake_train)
+    result = dg.materialize(
+        [training_assets.sft_checkpoint], partition_key=str(partition_key(BENCH, k)),
+        instance=dg.DagsterInstance.ephemeral(),
+        resources={"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "envs": EnvResource(),
+                   "policy": TransformersPolicy(base_model_path="unused", checkpoints_dir=str(tmp_path / "ck")),
+                   "curriculum": curriculum},
+    )
+    assert result.success
+    [(examples, cfg)] = calls
+    tasks = list(dict.fromkeys(r["task_id"] for r in examples))
+    return tasks, cfg, result
+
+
+def test_sft_checkpoint_trains_easy_to_hard_and_inserts_gated_by_complexity(tmp_path, monkeypatch):
+    db = _store_with_seeds(tmp_path / "fw.duckdb")
+    tasks, cfg, _ = _run_sft(tmp_path, monkeypatch, CurriculumResource())
+    assert cfg.order == "given"
+    assert tasks == ["task11", "task1", "task3", "task0", "task12", "task2", "task10"]  # 1, 2, 4, 6, 7, 9, 12 steps
+    recorded = db.query("SELECT traj_id, length, mode FROM training_order WHERE iteration = 0 ORDER BY position")
+    assert recorded["length"].to_list() == [1, 2, 4, 6, 7, 9, 12] and set(recorded["mode"]) == {"curriculum"}
+
+    gated = marked(20, 5, source="policy")
+    db.write_trajectories([gated])
+    db.write_gated(BENCH, 0, [(gated.traj_id, gated.task_id)], candidates=1)
+    tasks, cfg, result = _run_sft(tmp_path, monkeypatch, CurriculumResource(), k=1)
+    assert tasks == ["task11", "task1", "task3", "task20", "task0", "task12", "task2", "task10"]
+    meta = result.get_asset_materialization_events()[0].materialization.metadata
+    assert meta["order"].value.startswith("curriculum (easy to hard")
+
+
+def test_ablation_off_shuffles_and_drops_synthetic(tmp_path, monkeypatch):
+    _store_with_seeds(tmp_path / "fw.duckdb")
+    tasks, cfg, result = _run_sft(tmp_path, monkeypatch, CurriculumResource(synthesize=False, order="shuffle"))
+    assert cfg.order == "shuffle" and sorted(tasks) == ["task0", "task1", "task2", "task3"]
+    meta = result.get_asset_materialization_events()[0].materialization.metadata
+    assert meta["order"].value == "shuffle" and meta["seed_or_curriculum_trajectories"].value == 4
+
+
+def test_staged_order_goes_bucket_by_bucket(tmp_path, monkeypatch):
+    db = _store_with_seeds(tmp_path / "fw.duckdb")
+    tasks, cfg, _ = _run_sft(tmp_path, monkeypatch, CurriculumResource(order="staged", train_bucket_edges={BENCH: [3, 7]}))
+    assert cfg.order == "given"
+    buckets = db.query("SELECT bucket FROM training_order WHERE iteration = 0 ORDER BY position")["bucket"].to_list()
+    assert buckets == sorted(buckets, key=["easy", "medium", "hard"].index) and buckets.count("easy") == 2
