@@ -168,7 +168,8 @@ def scienceworld_memory(quick: bool) -> dict[str, Any]:
     tasks = [_first_of_type("train", t) for t in types]
     random_steps = 10 if quick else 30
     configs = {
-        "package JVM options (no -Xmx), stock step": {"max_heap": None, "fast": False, "deterministic": False},
+        "package JVM options (no -Xmx, G1), stock step": {"max_heap": None, "java_opts": (), "fast": False,
+                                                          "deterministic": False},
         "-Xmx512m G1, stock step": {"fast": False, "java_opts": ()},
         "-Xmx512m serial GC, stock step": {"fast": False},
         "-Xmx512m serial GC, fast step (adapter default)": {},

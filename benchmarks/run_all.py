@@ -1,0 +1,84 @@
+"""`make bench`: run every benchmark script in turn, then print one summary table.
+
+Each script prints its own table and writes benchmarks/results/<name>.json;
+this file only sequences them (one at a time: they measure the same machine)
+and summarises the headline ratio of each against its target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _common import RESULTS, print_table, write_json
+
+HERE = Path(__file__).resolve().parent
+SCRIPTS = {
+    "env_speed": ["--quick"],
+    "rollout_throughput": [],
+    "fusion_tokens": [],
+    "store_write": [],
+    "orchestration": [],
+    "webshop_speed": [],
+    "alfworld_speed": [],
+}
+
+
+def headline(name: str, data: dict) -> list[str]:
+    """(figure, measured, target, met) for the summary, read from a result file."""
+    def get(*path, default=None):
+        cur = data
+        for p in path:
+            if not isinstance(cur, dict) or p not in cur:
+                return default
+            cur = cur[p]
+        return cur
+
+    if name == "store_write":
+        return ["store write, 10k steps", f"{data['write_s']:.2f} s ({data['speedup']:.0f}x vs row-by-row)", "< 1 s",
+                str(data["target_write_under_1s"])]
+    if name == "fusion_tokens":
+        r = get("by_step", "20", "ratio") or get("by_step", 20, "ratio")
+        return ["fusion: prompt tokens at t=20", f"{r:.2f}x fewer" if r else "n/a", ">= 4x", str(bool(r and r >= 4))]
+    if name == "orchestration":
+        o = data["overhead_fraction"]
+        return ["Dagster overhead", f"{o:.1%}", "<= 5%", str(o <= 0.05)]
+    if name == "rollout_throughput":
+        s = data.get("speedup_at_8", {})
+        return ["batched rollouts (8 envs) vs sequential", ", ".join(f"{k}: {v:.2f}x" for k, v in s.items()), ">= 3x",
+                str(all(v >= 3 for v in s.values()) if s else False)]
+    return [name, "see results/" + name + ".json", "", ""]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", nargs="*", default=list(SCRIPTS))
+    args = ap.parse_args(argv)
+    ran = {}
+    for name in args.only:
+        script = HERE / f"{name}.py"
+        if not script.exists():
+            print(f"skip {name}: {script.name} not present")
+            continue
+        print(f"\n=== {name} ===", flush=True)
+        t0 = time.monotonic()
+        proc = subprocess.run([sys.executable, str(script), *SCRIPTS.get(name, [])], cwd=HERE.parent)
+        ran[name] = {"returncode": proc.returncode, "seconds": round(time.monotonic() - t0, 1)}
+    rows = []
+    for name in ran:
+        path = RESULTS / f"{name}.json"
+        if ran[name]["returncode"] == 0 and path.exists():
+            rows.append(headline(name, json.loads(path.read_text())))
+        else:
+            rows.append([name, f"FAILED (exit {ran[name]['returncode']})", "", ""])
+    print_table("Summary (each figure is a ratio measured in the same run)", ["figure", "measured", "target", "met"], rows)
+    write_json("summary", {"scripts": ran, "rows": rows})
+    return 0 if all(r["returncode"] == 0 for r in ran.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
