@@ -70,6 +70,10 @@ def _mix_seed(seed: int, index: int) -> int:
     return z - (1 << 64) if z >= 1 << 63 else z
 
 
+BLOCKED_COMMANDS = frozenset({"reset task", "reset", "exit", "quit"})
+BLOCKED_OBSERVATION = "No known action matches that input."
+
+
 def find_java(java_path: str | None = None) -> str:
     """The `java` binary to launch: explicit path, else $JAVA_HOME/bin/java, else PATH."""
     candidates = [java_path] if java_path else []
@@ -291,6 +295,15 @@ class ScienceWorldEnv:
         if self._task is None:
             raise RuntimeError("Call reset(task) before step()")
         action = "" if action is None else str(action)
+        if " ".join(action.lower().split()) in BLOCKED_COMMANDS:
+            # Engine meta-commands would restart or end the episode from inside it.
+            self._steps += 1
+            try:
+                score = int(round(100 * self._server().getScore()))
+            except Py4JError as exc:
+                raise EnvError(f"ScienceWorld JVM failed: {exc}") from exc
+            return StepResult(BLOCKED_OBSERVATION, max(score, 0) / 100, False, False,
+                              {"score": score, "invalid": True, "valid": False, "ambiguous": False, "blocked": True})
         server = self._server()
         sw = self._sw
         assert sw is not None

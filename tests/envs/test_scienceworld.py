@@ -336,3 +336,17 @@ def test_fast_path_equals_stock_path_longer_tasks(fast_env, stock_env, task_type
     rand = random_valid_episode(fast_env, task, steps=30, seed=3)
     for actions in (gold, rand):
         assert record(fast_env, task, actions) == record(stock_env, task, actions)
+
+
+def test_meta_commands_cannot_restart_the_episode():
+    from envs.scienceworld import SPEC
+
+    task = SPEC.load_tasks("seen", limit=1, task_types=("find-non-living-thing",))[0]
+    env = SPEC.make_env()
+    try:
+        env.reset(task)
+        res = env.step("reset task")
+        assert res.info["invalid"] and res.info.get("blocked") and not res.done
+        assert res.observation == "No known action matches that input."
+    finally:
+        env.close()
