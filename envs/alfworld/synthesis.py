@@ -23,6 +23,13 @@ Faithful subset: goals are the six base types without sliced objects or movable
 receptacles (`pick_and_place_with_movable_recep` and the slice variants are not
 proposed), the base game's initial state is kept as it is, and the expected lengths
 offered to the teacher are typical walkthrough lengths per type, not measured ones.
+Object and receptacle types are limited to those ALFWorld's own training games use with
+the task type (e.g. no pick_two into a SinkBasin).
+
+A new game's `walkthrough` is never empty: TextWorld's PddlEnv runs the planner at every
+reset when it is (`self.walkthrough or replan()`), which took over 400 s on some kitchen
+games. It holds `["look"]` until the expert has solved the task, then the expert's path.
+`make_env` also caps a synthesized game's load and solve at `SYNTH_TIMEOUT_S`.
 Games are written under `<cache>/alfworld_synthetic/`; `SyntheticAlfWorldEnv` plays
 a task whose `meta["game_file"]` names such a game.
 """
@@ -58,6 +65,8 @@ NEEDS = {  # task type -> (object property, appliance receptacle types)
     "pick_cool_then_place_in_recep": ("coolable", ("Fridge",)),
 }
 LAMPS = ("DeskLamp", "FloorLamp")
+SYNTH_TIMEOUT_S = 90.0  # seconds a synthesized game may take to load or be solved
+PLACEHOLDER_WALKTHROUGH = ("look",)  # non-empty, so TextWorld does not plan at reset (see module doc)
 SCHEMA = """params for an ALFWorld goal in an existing training scene:
   "base_game": the training game whose scene (objects, receptacles) is used,
   "task_type": pick_and_place_simple | look_at_obj_in_light | pick_clean_then_place_in_recep |
@@ -118,6 +127,21 @@ def _folder_parts(game_id: str) -> tuple[str, str, str, str, str]:
     return parts[0], parts[1], parts[2], parts[3], parts[4]
 
 
+@lru_cache(maxsize=4)
+def _observed(root: str) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+    """task type -> (object types, receptacle/lamp types) that ALFWorld's own training games use with it."""
+    seen: dict[str, tuple[set[str], set[str]]] = {}
+    for game_id in load_index(Path(root)).get("train", {}):
+        try:
+            task_type, obj, _, parent, _ = _folder_parts(game_id)
+        except ValueError:
+            continue
+        objs, receps = seen.setdefault(task_type, (set(), set()))
+        objs.add(obj.removesuffix("Sliced"))
+        receps.add(parent)
+    return {k: (frozenset(o), frozenset(r)) for k, (o, r) in seen.items()}
+
+
 def _goal_pddl(task_type: str, obj: str, recep: str, toggle: str) -> str:
     from alfworld.gen.goal_library import gdict
 
@@ -130,6 +154,12 @@ def _goal_text(task_type: str, obj: str, recep: str, toggle: str, pick: int) -> 
     templates = gdict[task_type]["templates"]
     text = templates[pick % len(templates)].format(obj=obj.lower(), recep=recep.lower(), toggle=toggle.lower(), mrecep="")
     return text.strip().rstrip(".") + "."
+
+
+def _write_json(path: Path, payload: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(payload))
+    os.replace(tmp, path)
 
 
 class SyntheticAlfWorldEnv(AlfWorldEnv):
@@ -170,7 +200,11 @@ class AlfWorldSynthesizer:
     def candidates(self, seeds: Sequence[Task], *, holdout: Sequence[Task], limit: int, seed: int = 0) -> list[dict[str, Any]]:
         out_harder: list[dict[str, Any]] = []
         out_other: list[dict[str, Any]] = []
-        for t in seeds:
+        order = list(seeds)
+        random.Random(f"alfworld-synthesis:{seed}").shuffle(order)  # many seeds: a spread of scenes and types
+        for t in order:
+            if len(out_harder) + len(out_other) >= 3 * limit:
+                break
             if t.meta.get("game_file"):
                 continue
             rng = random.Random(f"alfworld-synthesis:{seed}:{t.task_id}")
@@ -203,17 +237,18 @@ class AlfWorldSynthesizer:
                     out.append(q.pop(0))
         return out
 
-    @staticmethod
-    def _random_params(base: str, task_type: str, scene: Scene, rng: random.Random) -> dict[str, Any] | None:
+    def _random_params(self, base: str, task_type: str, scene: Scene, rng: random.Random) -> dict[str, Any] | None:
         prop = NEEDS.get(task_type, (None, ()))[0]
-        objs = scene.pickable_types(prop, at_least=2 if task_type == "pick_two_obj_and_place" else 1)
+        objs_ok, receps_ok = _observed(str(alfworld_root(self.root).resolve())).get(task_type, (frozenset(), frozenset()))
+        objs = [o for o in scene.pickable_types(prop, at_least=2 if task_type == "pick_two_obj_and_place" else 1)
+                if o in objs_ok]
         if not objs:
             return None
         obj = rng.choice(objs)
         if task_type == "look_at_obj_in_light":
-            lamps = [lamp for lamp in LAMPS if scene.having(lamp, "toggleable")]
+            lamps = [lamp for lamp in LAMPS if scene.having(lamp, "toggleable") and lamp in receps_ok]
             return {"base_game": base, "task_type": task_type, "object": obj, "toggle": lamps[0]} if lamps else None
-        receps = sorted(r for r in scene.receptacles if (r, obj) in scene.can_contain)
+        receps = sorted(r for r in scene.receptacles if (r, obj) in scene.can_contain and r in receps_ok)
         if not receps:
             return None
         return {"base_game": base, "task_type": task_type, "object": obj, "receptacle": rng.choice(receps)}
@@ -260,6 +295,12 @@ class AlfWorldSynthesizer:
             already = sum(1 for o in instances if any((o, r) in scene.in_receptacle for r in recep_ids))
             if already >= (2 if task_type == "pick_two_obj_and_place" else 1):
                 raise ValueError(f"the goal is already true at the start ({already} {obj} already in a {recep})")
+        objs_ok, receps_ok = _observed(str(alfworld_root(self.root).resolve())).get(task_type, (frozenset(), frozenset()))
+        if obj not in objs_ok:
+            raise ValueError(f"ALFWorld's training games never ask {task_type} of a {obj} (they use: {', '.join(sorted(objs_ok))})")
+        if (toggle or recep) not in receps_ok:
+            raise ValueError(f"ALFWorld's training games never use a {toggle or recep} for {task_type} "
+                             f"(they use: {', '.join(sorted(receps_ok))})")
         b_type, b_obj, _, b_parent, scene_no = _folder_parts(base)
         folder = f"{task_type}-{obj}-None-{toggle or recep}-{scene_no}"
         if (task_type, obj.lower(), (toggle or recep).lower()) == (b_type, b_obj.lower(), b_parent.lower()):
@@ -301,19 +342,18 @@ class AlfWorldSynthesizer:
         grammar, n = _GOAL_TASK.subn(lambda m: m.group(1) + "Your task is to: " + text + m.group(2), game["grammar"])
         if n != 1:
             raise ValueError("the base game's grammar has no single 'Your task is to:' line to rewrite")
-        new_game = {**game, "pddl_problem": new_problem, "grammar": grammar, "walkthrough": []}
+        new_game = {**game, "pddl_problem": new_problem, "grammar": grammar, "walkthrough": list(PLACEHOLDER_WALKTHROUGH)}
         digest = hashlib.sha1(json.dumps([task_id, new_problem[-4000:], text]).encode()).hexdigest()[:16]
         folder = cache_dir() / SYNTH_DIR / digest
         folder.mkdir(parents=True, exist_ok=True)
         for name, payload in (("game.tw-pddl", new_game), ("traj_data.json", traj)):
-            tmp = folder / f".{name}.{os.getpid()}.tmp"
-            tmp.write_text(json.dumps(payload))
-            os.replace(tmp, folder / name)
+            _write_json(folder / name, payload)
         return folder / "game.tw-pddl"
 
     # ------------------------------------------------------------------ env and expert
     def make_env(self, **options: Any) -> Env:
         options.setdefault("root", self.root)
+        options.setdefault("step_timeout_s", SYNTH_TIMEOUT_S)
         return SyntheticAlfWorldEnv(**options)
 
     def solve(self, task: Task, env: Env) -> list[str]:
@@ -329,6 +369,10 @@ class AlfWorldSynthesizer:
             raise ValueError(f"the handcoded expert did not win: stopped by {expert['stopped']} after {len(expert['actions'])} actions")
         if len(expert["actions"]) > task.max_steps:
             raise ValueError(f"the handcoded expert needed {len(expert['actions'])} actions, over the limit of {task.max_steps}")
+        path = Path(task.meta["game_file"])
+        game = json.loads(path.read_text())
+        if game.get("walkthrough") != expert["actions"]:  # the game file now carries a real solution
+            _write_json(path, {**game, "walkthrough": list(expert["actions"])})
         return list(expert["actions"])
 
 

@@ -22,7 +22,7 @@ from flywheel.curriculum.complexity import ComplexityScorer
 from flywheel.curriculum.order import MODES, grade
 from flywheel.curriculum.proposals import get_synthesizer
 from flywheel.curriculum.solving import length_stats, synthesize
-from flywheel.curriculum.tables import write_curriculum, write_proposals
+from flywheel.curriculum.tables import replace_synthetic_tasks, write_curriculum, write_proposals
 from flywheel.evaluation import markdown_table
 from flywheel.partitions import benchmark_partitions
 from flywheel.resources import EnvResource, StoreResource, TeacherResource
@@ -90,13 +90,13 @@ def synthetic_curriculum(
         )
         synthetic = result.trajectories
         db.write_trajectories(synthetic, replace_scope={"benchmark": benchmark, "source": "synthetic"})
-        db.upsert_tasks([{"benchmark": t.benchmark, "split": t.split, "task_id": t.task_id, "goal": t.goal,
-                          "max_steps": t.max_steps, "meta": t.meta} for t in result.tasks])
+        replace_synthetic_tasks(db, benchmark, result.tasks)
         write_proposals(db, benchmark, [p.record() for p in result.proposals])
         for p in result.proposals:
             if p.status != "solved":
                 context.log.info(f"proposal {p.proposal_id} {p.status}: {p.reason}")
-        reasons = Counter(f"{p.status}: {p.reason.split(':')[0]}" for p in result.proposals if p.status != "solved")
+        reasons = Counter(f"{p.status}: {':'.join(p.reason.split(':')[:2])[:100]}"
+                          for p in result.proposals if p.status != "solved")
         metadata.update({**result.counts(), "candidates_offered": result.candidates,
                          "proposer": result.proposals[0].proposer if result.proposals else annotator.name,
                          "not_kept_by_reason": dg.MetadataValue.md(markdown_table(
@@ -106,6 +106,7 @@ def synthetic_curriculum(
                              ["proposal_id", "kind", "status", "length", "task_id", "reason", "params"]))})
     else:
         db.delete_trajectories(benchmark=benchmark, source="synthetic")
+        replace_synthetic_tasks(db, benchmark, [])
         write_proposals(db, benchmark, [])
         metadata.update({"proposals": 0, "valid": 0, "solved": 0, "kept": 0,
                          "status": "synthesis off (ablation): seeds only"})

@@ -80,6 +80,14 @@ def write_proposals(db: Store, benchmark: str, records: Sequence[dict[str, Any]]
     _replace(db, "curriculum_proposals", {"benchmark": benchmark}, df)
 
 
+def replace_synthetic_tasks(db: Store, benchmark: str, tasks: Sequence[Any]) -> None:
+    """The benchmark's synthesized tasks (split "synthetic" of the store's `tasks` table), replaced as a whole."""
+    with db.transaction() as con:
+        con.execute("DELETE FROM tasks WHERE benchmark = ? AND split = 'synthetic'", [benchmark])
+    db.upsert_tasks([{"benchmark": t.benchmark, "split": t.split, "task_id": t.task_id, "goal": t.goal,
+                      "max_steps": t.max_steps, "meta": t.meta} for t in tasks])
+
+
 def _complexity_frame(rows: Sequence[Complexity], extra: dict[str, Any]) -> pl.DataFrame:
     now = _now()
     return pl.DataFrame(
