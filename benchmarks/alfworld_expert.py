@@ -58,6 +58,7 @@ def run_games(
     log = cache_dir() / f"alfworld_expert_bench_{folder}_seed{seed}_fix{int(fix_move_tracking)}.jsonl"
     done = _read_log(log)
     todo = [game_id for game_id in game_ids if game_id not in done]
+    random.Random(seed).shuffle(todo)  # so an interrupted run's games are a fair sample of all types
     print(f"  {len(game_ids) - len(todo)} games already in {log.name}, {len(todo)} to run", flush=True)
     started = time.time()
     with ThreadPoolExecutor(max_workers=jobs) as pool, log.open("a") as out:
@@ -126,6 +127,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--compare-unfixed", action="store_true")
+    parser.add_argument("--from-log", action="store_true", help="summarize only games already run (a partial run)")
     args = parser.parse_args()
 
     folder = split_folder(args.split)
@@ -134,6 +136,10 @@ def main() -> None:
     if not args.all:
         ids = sorted(random.Random(args.seed).sample(ids, min(args.sample, len(ids))))
     key = f"{args.split}:{'all' if args.all else f'sample{len(ids)}_seed{args.seed}'}"
+    if args.from_log:
+        logged = _read_log(cache_dir() / f"alfworld_expert_bench_{folder}_seed{args.seed}_fix1.jsonl")
+        ids = [game_id for game_id in ids if game_id in logged]
+        key += f":partial{len(ids)}"
     print(f"{key}: {len(ids)} games")
 
     started = time.time()

@@ -79,7 +79,8 @@ class GameEngine:
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
         from textworld.envs.pddl import PddlEnv
 
-        infos = textworld.EnvInfos(won=True, admissible_commands=True, facts=facts, extras=["walkthrough"])
+        # No "walkthrough" extra: with an empty walkthrough TextWorld would run its planner at every reset.
+        infos = textworld.EnvInfos(won=True, admissible_commands=True, facts=facts)
         self._env = AlfredDemangler(PddlEnv(infos), shuffle=False)
         self._loaded: str | None = None
 
