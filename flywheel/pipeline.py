@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 import dagster as dg
 
@@ -72,47 +73,57 @@ def run_flywheel(
     _run(iteration, str(partition_key(benchmark, iterations)), ["sft_checkpoint", "evaluation"], instance)
 
 
+@dataclass
+class LoopRun:
+    """What `run_loop` did: the runs in launch order, and the loop's last word."""
+
+    runs: list[tuple[str, dg.ExecuteInProcessResult]] = field(default_factory=list)
+    cursor: str | None = None
+    last_message: str = ""
+
+
 def run_loop(
     *,
     resources: dict[str, dg.ConfigurableResource],
     instance: dg.DagsterInstance,
     max_runs: int = 50,
     trigger: str = "sensor",
-) -> list[tuple[str, dg.ExecuteInProcessResult]]:
+) -> LoopRun:
     """Drive the living flywheel in this process, without a daemon: evaluate `flywheel_sensor`
     (or `flywheel_schedule`) against `instance`, execute the runs it requests in order, repeat
     until it requests nothing. Same code path as the daemon, minus the process boundary; like
-    the daemon, a run key is launched at most once. Returns (partition, result) per run."""
+    the daemon, a run key is launched at most once."""
     from flywheel.sensors import flywheel_schedule, flywheel_sensor
 
     defs = build_defs(resources)
     job = defs.resolve_job_def("iteration_job")
     res = {"store": defs.resources["store"], "loop": defs.resources["loop"]}
-    cursor: str | None = None
+    out = LoopRun()
     seen_keys: set[str] = set()
-    runs: list[tuple[str, dg.ExecuteInProcessResult]] = []
-    while len(runs) < max_runs:
+    while len(out.runs) < max_runs:
         # Contexts are closed at once (a context left to the garbage collector would reset
         # Dagster's state-storage ContextVar to a dead instance's later on).
         if trigger == "schedule":
             with dg.build_schedule_context(instance=instance, resources=res) as sctx:
-                out = flywheel_schedule(sctx)
-            requests = [r for r in (out if isinstance(out, list) else []) if isinstance(r, dg.RunRequest)]
+                result = flywheel_schedule(sctx)
+            requests = [r for r in (result if isinstance(result, list) else []) if isinstance(r, dg.RunRequest)]
+            out.last_message = result.skip_message if isinstance(result, dg.SkipReason) else ""
         else:
-            with dg.build_sensor_context(instance=instance, cursor=cursor, resources=res) as ctx:
+            with dg.build_sensor_context(instance=instance, cursor=out.cursor, resources=res) as ctx:
                 result = flywheel_sensor(ctx)
-            cursor = result.cursor
+            out.cursor = result.cursor
             requests = list(result.run_requests or [])
+            out.last_message = result.skip_reason.skip_message if result.skip_reason else ""
         requests = [r for r in requests if r.run_key not in seen_keys]
         if not requests:
             break
         for req in requests:
             seen_keys.add(str(req.run_key))
             log.info("== loop: %s %s (%s)", req.partition_key, req.tags.get("flywheel/decision"), req.tags.get("flywheel/reason"))
-            out = job.execute_in_process(partition_key=req.partition_key, instance=instance, tags=dict(req.tags),
+            run = job.execute_in_process(partition_key=req.partition_key, instance=instance, tags=dict(req.tags),
                                          run_config=QUIET, raise_on_error=False)
-            runs.append((str(req.partition_key), out))
-    return runs
+            out.runs.append((str(req.partition_key), run))
+    return out
 
 
 def iterations_table(store: Store, benchmark: str) -> str:

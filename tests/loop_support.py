@@ -15,6 +15,9 @@ import os
 import re
 from pathlib import Path
 
+from dagster._core.launcher import LaunchRunContext, RunLauncher
+from dagster._serdes import ConfigurableClass, ConfigurableClassData
+
 from flywheel.assets.curriculum import CurriculumResource
 from flywheel.definitions import build_defs
 from flywheel.policy.inference import Generation
@@ -24,6 +27,7 @@ from flywheel.store import Store
 
 BENCH = "scienceworld"
 TASK_TYPES = {BENCH: ["find-non-living-thing"]}
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 class OracleGenerator:
@@ -49,25 +53,57 @@ class OracleGenerator:
 
 
 class OraclePolicy(PolicyResource):
+    """`fail_tasks`: training tasks the oracle never solves (it only looks around there)."""
+
     store_path: str
+    fail_tasks: list[str] = []
 
     def generator(self, checkpoint_path, checkpoint_id):
         k = int(m.group(1)) if (m := re.search(r"-k(\d+)-", checkpoint_id)) else 0
         trajs = Store(self.store_path).load_trajectories(benchmark=BENCH, source="teacher")
-        return OracleGenerator({t.initial_observation.strip(): t for t in trajs}, looks=k + 1, model_id=checkpoint_id)
+        known = {t.initial_observation.strip(): t for t in trajs if t.task_id not in self.fail_tasks}
+        return OracleGenerator(known, looks=k + 1, model_id=checkpoint_id)
 
 
-def loop_resources(root: str | Path, tiny: str, *, max_iterations: int = 1, **loop) -> dict:
+def loop_resources(root: str | Path, tiny: str, *, max_iterations: int = 1, fail_tasks=(), **loop) -> dict:
     root = Path(root)
     return {
         "store": StoreResource(path=str(root / "fw.duckdb")),
         "envs": EnvResource(task_types=TASK_TYPES, train_limit=2, eval_limit=1, max_steps=13),
         "policy": OraclePolicy(store_path=str(root / "fw.duckdb"), base_model_path=tiny,
                                checkpoints_dir=str(root / "ck"), epochs=1, max_train_steps=1, batch_size=2,
-                               history_window=2, max_observation_chars=300, samples_per_task=2, parallel_envs=2),
+                               history_window=2, max_observation_chars=300, samples_per_task=2, parallel_envs=1,
+                               fail_tasks=list(fail_tasks)),
         "curriculum": CurriculumResource(synthesize=False),
         "loop": LoopResource(benchmarks=[BENCH], max_iterations=max_iterations, **loop),
     }
+
+
+class RecordingRunLauncher(RunLauncher, ConfigurableClass):
+    """A run launcher that only records which partition the run queue launched, in order."""
+
+    launched: list[str] = []
+
+    def __init__(self, inst_data: ConfigurableClassData | None = None) -> None:
+        self._inst_data = inst_data
+
+    @property
+    def inst_data(self):
+        return self._inst_data
+
+    @classmethod
+    def config_type(cls):
+        return {}
+
+    @classmethod
+    def from_config_value(cls, inst_data, config_value):
+        return cls(inst_data)
+
+    def launch_run(self, context: LaunchRunContext) -> None:
+        RecordingRunLauncher.launched.append(context.dagster_run.tags["dagster/partition"])
+
+    def terminate(self, run_id: str) -> bool:
+        return False
 
 
 ROOT_ENV = "FLYWHEEL_LOOP_TEST_ROOT"

@@ -3,7 +3,9 @@
 Bootstrap by hand, then only `flywheel_sensor` (evaluated with build_sensor_context against
 the instance) decides; the runs it requests execute in process. K = 1: the sensor starts
 iteration 0, continues to 1 once the gate check passed and the evaluation materialized,
-and stops at the budget. Policy: the oracle double of tests/loop_support.py.
+and stops at the budget. Policy: the oracle double of tests/loop_support.py, which solves
+the first training task and never the second, so iteration 1 spends more of its fixed
+rollout budget on the unsolved one (adaptive sampling).
 """
 
 import json
@@ -11,12 +13,13 @@ import json
 import dagster as dg
 import pytest
 
+from envs import get_benchmark
 from flywheel.definitions import build_defs
-from flywheel.pipeline import iterations_table
+from flywheel.pipeline import iterations_table, run_loop
 from flywheel.policy.models import build_tiny_model
 from flywheel.sensors import flywheel_schedule, flywheel_sensor
 from flywheel.store import Store
-from tests.loop_support import BENCH, loop_resources
+from tests.loop_support import BENCH, TASK_TYPES, loop_resources
 
 FLYWHEEL_ASSETS = ["sft_checkpoint", "rollouts", "gated_dataset", "evaluation"]
 
@@ -35,8 +38,13 @@ def check_evaluations(result):
             if e.event_type_value == "ASSET_CHECK_EVALUATION"}
 
 
+def train_tasks():
+    return [t.task_id for t in get_benchmark(BENCH).load_tasks("train", limit=2, task_types=tuple(TASK_TYPES[BENCH]))]
+
+
 def test_two_iterations_driven_by_the_sensor(tmp_path, tiny):
-    res = loop_resources(tmp_path, tiny, max_iterations=1)
+    solved, unsolved = train_tasks()
+    res = loop_resources(tmp_path, tiny, max_iterations=1, fail_tasks=[unsolved])
     defs = build_defs(res)
     sensor_res = {"store": res["store"], "loop": res["loop"]}
     job = defs.resolve_job_def("iteration_job")
@@ -63,7 +71,7 @@ def test_two_iterations_driven_by_the_sensor(tmp_path, tiny):
         # The decision rides on the run: tags in the instance, visible in the UI.
         launched = instance.get_run_by_id(runs[1][1].run_id)
         assert launched.tags["flywheel/after_iteration"] == "0" and launched.tags["dagster/priority"] == "-1"
-        assert "added 2 new unique successes" in launched.tags["flywheel/reason"]
+        assert "added 1 new unique successes" in launched.tags["flywheel/reason"]
         # The last tick stopped at the budget; its cursor says why.
         assert not tick.run_requests and "reached the iteration budget K=1" in tick.skip_reason.skip_message
         assert json.loads(cursor)[BENCH]["state"] == "stopped"
@@ -80,16 +88,39 @@ def test_two_iterations_driven_by_the_sensor(tmp_path, tiny):
         # The iterations table: what each iteration added and why the loop went on or stopped.
         it = db.iterations(BENCH)
         assert it["iteration"].to_list() == [0, 1]
-        assert it["new_unique_successes"].to_list() == [2, 2] and it["gated_total"].to_list() == [2, 4]
+        # One new unique success per iteration (the oracle's 2nd sample repeats the 1st: deduplicated).
+        assert it["new_unique_successes"].to_list() == [1, 1] and it["gated_total"].to_list() == [1, 2]
         assert it["decision"].to_list() == ["continue", "stop"] and it["decided_by"].to_list() == ["sensor", "sensor"]
         assert it["seen_success"].to_list() == [0.0, 0.0] and all(it["gate_check_passed"])
-        assert it["train_trajectories"].to_list() == [2, 4]  # seeds; seeds + the 2 gated of k=0
-        assert "budget" in it["reason"][1] and "| 1 | 2 | 4 |" in iterations_table(db, BENCH)
-        # Per-task attempts and successes of both iterations (2 tasks x 2 samples each).
-        stats = db.task_stats(BENCH).select("iteration", "attempts", "successes").rows()
-        assert stats == [(0, 2, 2), (0, 2, 2), (1, 2, 2), (1, 2, 2)]
+        assert it["train_trajectories"].to_list() == [2, 3]  # seeds; seeds + the gated one of k=0
+        assert "budget" in it["reason"][1] and "| 1 | 1 | 2 | 3 |" in iterations_table(db, BENCH)
+        # Per-task attempts and successes: uniform at k=0 (2 each); at k=1 the same total of 4
+        # goes mostly to the task never solved.
+        stats = {(r[0], r[1]): r[2:] for r in db.task_stats(BENCH).select("iteration", "task_id", "attempts", "successes").rows()}
+        assert stats == {(0, solved): (2, 2), (0, unsolved): (2, 0), (1, solved): (1, 1), (1, unsolved): (3, 0)}
+        rollouts_k1 = instance.fetch_materializations(dg.AssetRecordsFilter(
+            asset_key=dg.AssetKey("rollouts"), asset_partitions=["scienceworld|1"]), limit=1).records[0]
+        assert rollouts_k1.asset_materialization.metadata["sampling"].value == "adaptive"
 
         # The schedule evaluates the same logic and agrees: nothing to launch.
         with dg.build_schedule_context(instance=instance, resources=sensor_res) as sctx:
             out = flywheel_schedule(sctx)
         assert isinstance(out, dg.SkipReason) and "stopped at k=1" in out.skip_message
+
+
+@pytest.mark.slow
+def test_raising_k_reopens_the_loop_run_unattended(tmp_path, tiny):
+    """`pipeline.run_loop` (sensor ticks + in-process runs, no daemon) from bootstrap to the
+    stop; then K is raised and the same call continues from the budget stop."""
+    res = loop_resources(tmp_path, tiny, max_iterations=0)
+    db = Store(tmp_path / "fw.duckdb")
+    with dg.instance_for_test() as instance:
+        boot = build_defs(res).resolve_job_def("bootstrap_job").execute_in_process(partition_key=BENCH, instance=instance)
+        assert boot.success
+        first = run_loop(resources=res, instance=instance)
+        assert [p for p, _ in first.runs] == ["scienceworld|0"] and "budget K=0" in first.last_message
+        more = run_loop(resources=loop_resources(tmp_path, tiny, max_iterations=2), instance=instance)
+        assert [p for p, _ in more.runs] == ["scienceworld|1", "scienceworld|2"]
+        assert all(r.success for _, r in more.runs)
+        assert "budget K=2" in more.last_message
+        assert db.iterations(BENCH)["decision"].to_list() == ["continue", "continue", "stop"]

@@ -6,7 +6,13 @@ import pytest
 from flywheel.loop import IterationFacts, LoopPolicy, decide
 from flywheel.quality import compare_iterations, newcombe_difference, paired_bootstrap, wilson_interval
 from flywheel.rollout import plan_resume
-from flywheel.sampling import allocate_attempts, cap_per_task, history_from_rows, jobs_from_allocation, task_stats_rows
+from flywheel.sampling import (
+    allocate_attempts,
+    cap_per_task,
+    history_from_rows,
+    jobs_from_allocation,
+    task_stats_rows,
+)
 from flywheel.settings import iteration_budget
 from flywheel.store import Store
 from flywheel.trajectory import Trajectory

@@ -1,0 +1,100 @@
+"""Teacher endpoint faults at the asset level, and the API key never leaking.
+
+The `teacher_quaternions` asset with `OpenAITeacherResource` (key from
+FLYWHEEL_TEACHER_API_KEY) against the local stub server:
+(c) the endpoint keeps failing -> the run fails with a clear message after the retry limit;
+    answers already paid for stay cached and a re-run does not ask for them again;
+(e) the key (which the failing endpoint even echoes back) appears nowhere: not in the
+    DuckDB file, the Dagster instance's storage (event log, run config, tags, metadata,
+    captured compute logs: what the UI shows), nor the captured process output.
+"""
+
+import json
+from pathlib import Path
+
+import dagster as dg
+from dagster._serdes import serialize_value
+
+from flywheel.definitions import build_defs
+from flywheel.resources import OpenAITeacherResource, StoreResource
+from flywheel.store import Store
+from flywheel.trajectory import Step, Trajectory
+from tests.openai_stub import StubServer
+
+SECRET = "sk-flywheel-TEST-5f3a9c1e7b2d4a60"
+BENCH = "scienceworld"
+
+
+def answer(n: int) -> str:
+    return json.dumps({"steps": [{"thought": f"Thought {i}. Because.", "plan": f"plan {i}"} for i in range(n)]})
+
+
+def experts(n_trajs: int = 3, n_steps: int = 2) -> list[Trajectory]:
+    return [Trajectory(benchmark=BENCH, split="train", task_id=f"find-non-living-thing/{i}", source="expert",
+                       goal="find a non-living thing", success=True, reward=1.0,
+                       steps=[Step(observation=f"room {i}.{t}", elaborate="", plan="", action=f"go {t}",
+                                   next_observation=f"room {i}.{t + 1}") for t in range(n_steps)])
+            for i in range(n_trajs)]
+
+
+def materialize_teacher(tmp_path, base_url, instance):
+    teacher = OpenAITeacherResource(base_url=base_url, model="stub-model", max_retries=2, backoff_s=0.0)
+    defs = build_defs({"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "teacher": teacher})
+    return defs.resolve_job_def("bootstrap_job").execute_in_process(
+        partition_key=BENCH, instance=instance, raise_on_error=False,
+        asset_selection=[dg.AssetKey("teacher_quaternions")],
+    )
+
+
+def failure_message(result) -> str:
+    """The step failure as the UI shows it: Dagster's wrapper, then the cause chain."""
+    [failure] = [e for e in result.all_events if e.is_step_failure]
+    err, texts = failure.event_specific_data.error, []
+    while err is not None:
+        texts.append(err.message)
+        err = err.cause
+    return "\n".join(texts)
+
+
+def files_containing(root: Path, needle: bytes) -> list[str]:
+    return [str(p) for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
+def test_teacher_asset_fails_clearly_keeps_paid_answers_and_never_leaks_the_key(tmp_path, monkeypatch, capfd, caplog):
+    monkeypatch.setenv("FLYWHEEL_TEACHER_API_KEY", SECRET)
+    db = Store(tmp_path / "fw.duckdb")
+    db.write_trajectories(experts())
+    with dg.instance_for_test() as instance:
+        # The first answer arrives, then the endpoint is down (and echoes the key in its error body).
+        with StubServer([(200, answer(2)), (503, f"overloaded; your key {SECRET} is fine")]) as down:
+            failed = materialize_teacher(tmp_path, down.base_url, instance)
+        assert not failed.success
+        msg = failure_message(failed)
+        assert "teacher endpoint failed after 3 attempt(s)" in msg and "stay cached" in msg and SECRET not in msg
+        assert len(down.requests) == 1 + 3  # one answer, then 3 attempts for the second trajectory
+        assert {k.lower(): v for k, v in down.headers[0].items()}["authorization"] == f"Bearer {SECRET}"
+        assert db.query("SELECT count(*) FROM teacher_cache").item() == 1
+        assert db.trajectory_table(source="teacher").height == 0  # nothing half-written
+
+        with StubServer([(200, answer(2))]) as up:
+            ok = materialize_teacher(tmp_path, up.base_url, instance)
+        assert ok.success
+        assert len(up.requests) == 2  # the paid answer came from the cache
+        assert db.trajectory_table(source="teacher").height == 3
+
+        # (e) The key is nowhere Dagster keeps what the UI shows (event log, run storage,
+        # captured compute logs, all under the instance root), nor in DuckDB.
+        root = Path(instance.root_directory)
+        assert list((root / "storage").rglob(f"*{failed.run_id}*")) or list((root / "storage").rglob("*.err"))
+        assert files_containing(root, SECRET.encode()) == []
+        assert files_containing(tmp_path, SECRET.encode()) == []
+        for table, column in db.query(
+            "SELECT table_name, column_name FROM information_schema.columns WHERE data_type = 'VARCHAR'"
+        ).rows():
+            assert db.query(f"SELECT count(*) FROM {table} WHERE {column} LIKE ?", [f"%{SECRET}%"]).item() == 0
+        for result in (failed, ok):
+            run = instance.get_run_by_id(result.run_id)
+            assert SECRET not in json.dumps(run.run_config) + json.dumps(dict(run.tags))
+            assert SECRET not in serialize_value(instance.all_logs(result.run_id))
+    out, err = capfd.readouterr()
+    assert SECRET not in out + err + caplog.text
