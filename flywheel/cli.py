@@ -35,6 +35,7 @@ def demo_resources(args: argparse.Namespace) -> dict:
         "policy": TransformersPolicy(
             base_model_path=args.model, checkpoints_dir=str(runs / "checkpoints"),
             epochs=args.epochs, learning_rate=args.lr, batch_size=args.batch_size,
+            max_train_steps=args.max_train_steps,
             samples_per_task=args.samples, temperature=0.7, max_new_tokens=args.max_new_tokens,
             parallel_envs=args.parallel_envs, max_batch_size=args.parallel_envs, dtype=args.dtype,
             torch_threads=args.torch_threads,
@@ -96,15 +97,16 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--model", default=default_base_model())
     demo.add_argument("--runs-dir", default=str(runs_dir() / "demo"))
     demo.add_argument("--task-types", nargs="*", default=DEMO_TASK_TYPES)
-    demo.add_argument("--train-tasks", type=int, default=12)
-    demo.add_argument("--eval-tasks", type=int, default=6)
+    demo.add_argument("--train-tasks", type=int, default=8)
+    demo.add_argument("--eval-tasks", type=int, default=4)
     demo.add_argument("--samples", type=int, default=2)
     demo.add_argument("--iterations", type=int, default=1)
     demo.add_argument("--max-steps", type=int, default=10)
     demo.add_argument("--epochs", type=float, default=3.0)
-    demo.add_argument("--lr", type=float, default=1e-4)
+    demo.add_argument("--lr", type=float, default=2e-4)
+    demo.add_argument("--max-train-steps", type=int, default=8, help="SFT optimizer steps per checkpoint (-1: use epochs)")
     demo.add_argument("--batch-size", type=int, default=8)
-    demo.add_argument("--max-new-tokens", type=int, default=160)
+    demo.add_argument("--max-new-tokens", type=int, default=128)
     demo.add_argument("--parallel-envs", type=int, default=8)
     demo.add_argument("--dtype", default="bfloat16")
     demo.add_argument("--torch-threads", type=int, default=0, help="0 = torch default; 1 on a busy machine")

@@ -39,14 +39,18 @@ def evaluation(
     generator = policy.generator(ckpt["path"], ckpt["checkpoint_id"])
     buckets = curriculum.eval_buckets(benchmark)
     rows, bucket_rows = [], []
+    # Both splits in one rollout call, so all their episodes share the generation batch.
+    tasks_by_split = {split: envs.tasks(benchmark, split) for split in EVAL_SPLITS}
+    all_trajs = run_rollouts(
+        [(t, 0) for split in EVAL_SPLITS for t in tasks_by_split[split]],
+        make_env=lambda: envs.make_env(benchmark), generator=generator,
+        instructions=spec.system_prompt(), normalize_action=spec.normalize_action, source="policy",
+        iteration=k, cfg=policy.rollout_config(evaluation=True, max_steps=envs.max_steps),
+        progress=progress_logger(context, "evaluation"),
+    )
     for split in EVAL_SPLITS:
-        tasks = envs.tasks(benchmark, split)
-        trajs = run_rollouts(
-            [(t, 0) for t in tasks], make_env=lambda: envs.make_env(benchmark), generator=generator,
-            instructions=spec.system_prompt(), normalize_action=spec.normalize_action, source="policy",
-            iteration=k, cfg=policy.rollout_config(evaluation=True, max_steps=envs.max_steps),
-            progress=progress_logger(context, f"evaluation {split}"),
-        )
+        tasks = tasks_by_split[split]
+        trajs = [t for t in all_trajs if t.split == split]
         db.write_trajectories(trajs, replace_scope={"benchmark": benchmark, "iteration": k, "source": "policy", "split": split})
         stats = summarize(trajs)
         db.write_evaluation({"benchmark": benchmark, "iteration": k, "split": split,

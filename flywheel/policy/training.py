@@ -38,6 +38,17 @@ class TrainConfig:
     order: Literal["shuffle", "given"] = "shuffle"
     history_window: int | None = None
     max_observation_chars: int | None = None
+    # bf16 autocast: None = on for CUDA and for CPUs with native bf16 (AMX / AVX512-BF16), where it
+    # measured ~1.7x faster than fp32 for SmolLM2 SFT on this project's 2-core machine.
+    bf16: bool | None = None
+
+
+def cpu_has_bf16() -> bool:
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
 
 
 @dataclass(frozen=True)
@@ -121,7 +132,7 @@ def train_sft(
         report_to="none",
         seed=cfg.seed,
         use_cpu=not torch.cuda.is_available(),
-        bf16=torch.cuda.is_available(),
+        bf16=cfg.bf16 if cfg.bf16 is not None else (torch.cuda.is_available() or cpu_has_bf16()),
         disable_tqdm=True,
     )
     peft_config = None
