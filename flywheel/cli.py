@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--lr", type=float, default=2e-4)
     demo.add_argument("--max-train-steps", type=int, default=8, help="SFT optimizer steps per checkpoint (-1: use epochs)")
     demo.add_argument("--batch-size", type=int, default=8)
-    demo.add_argument("--max-new-tokens", type=int, default=128)
+    demo.add_argument("--max-new-tokens", type=int, default=192)
     demo.add_argument("--parallel-envs", type=int, default=8)
     demo.add_argument("--dtype", default="bfloat16")
     demo.add_argument("--torch-threads", type=int, default=0, help="0 = torch default; 1 on a busy machine")

@@ -7,19 +7,16 @@
    new action sequences, pass the gate, and iteration 1 trains on them.
 """
 
-import re
-
 import dagster as dg
 import pytest
 
+from flywheel.assets.curriculum import CurriculumResource
 from flywheel.definitions import build_defs
 from flywheel.partitions import partition_key
-from flywheel.policy.inference import Generation
 from flywheel.policy.models import build_tiny_model
-from flywheel.prompting import format_response
-from flywheel.assets.curriculum import CurriculumResource
-from flywheel.resources import EnvResource, PolicyResource, StoreResource, TransformersPolicy
+from flywheel.resources import EnvResource, StoreResource, TransformersPolicy
 from flywheel.store import Store
+from tests.loop_support import OraclePolicy  # replays the teacher's answers after one extra look
 
 BENCH = "scienceworld"
 
@@ -82,37 +79,6 @@ def test_whole_chain_tiny_model(tmp_path, tiny):
     again = run(defs, "iteration_job", partition_key(BENCH, 1), ["evaluation"], instance)
     assert again.success
     assert db.query("SELECT count(*) FROM trajectories WHERE iteration = 1").item() == 2
-
-
-class OracleGenerator:
-    """Answers with the teacher's quaternion for the matching task and step, after one extra look."""
-
-    model_id = "oracle"
-
-    def __init__(self, by_initial_obs):
-        self.by_initial_obs = by_initial_obs
-
-    def generate(self, prompts, *, temperature, max_new_tokens, seed=None):
-        out = []
-        for messages in prompts:
-            user = messages[-1]["content"]
-            step = int(re.findall(r"\[Step (\d+)\] Respond", user)[-1]) - 1
-            traj = next((t for obs, t in self.by_initial_obs.items() if user.startswith(obs)), None)
-            if traj is None or step == 0 or step > len(traj.steps):
-                text = format_response("I should look first.", "Look around.", "look around")
-            else:
-                s = traj.steps[step - 1]
-                text = format_response(s.elaborate, s.plan, s.action)
-            out.append(Generation(text, prompt_tokens=len(user) // 4, completion_tokens=len(text) // 4))
-        return out
-
-
-class OraclePolicy(PolicyResource):
-    store_path: str
-
-    def generator(self, checkpoint_path, checkpoint_id):
-        trajs = Store(self.store_path).load_trajectories(benchmark=BENCH, source="teacher")
-        return OracleGenerator({t.initial_observation.strip(): t for t in trajs})
 
 
 def test_gated_successes_flow_into_next_iteration(tmp_path, tiny):
