@@ -66,10 +66,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from flywheel.pipeline import results_table
+    from flywheel.pipeline import paper_table, results_table
     from flywheel.store import Store
 
-    print(results_table(Store(Path(args.runs_dir) / "flywheel.duckdb"), args.benchmark))
+    store = Store(Path(args.runs_dir) / "flywheel.duckdb")
+    if args.paper:
+        print(paper_table(store, metric=args.metric))
+    else:
+        print(results_table(store, args.benchmark))
     return 0
 
 
@@ -117,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     rep = sub.add_parser("report", help="print the evaluation table from the store")
     rep.add_argument("--benchmark", default="scienceworld")
     rep.add_argument("--runs-dir", default=str(runs_dir() / "demo"))
+    rep.add_argument("--paper", action="store_true", help="all benchmarks in the paper's Table 1 layout")
+    rep.add_argument("--metric", default="success_rate", choices=["success_rate", "avg_reward"])
     rep.set_defaults(fn=cmd_report)
 
     args = parser.parse_args(argv)

@@ -154,3 +154,31 @@ def results_table(store: Store, benchmark: str) -> str:
     cols = ["checkpoint", "seen success", "unseen success", "seen reward", "unseen reward", "seen steps",
             "unseen steps", "seen invalid", "unseen invalid", "prompt tok/step", "seen n", "unseen n"]
     return markdown_table(list(rows.values()), cols)
+
+
+PAPER_COLUMNS = [("alfworld", "seen"), ("alfworld", "unseen"), ("scienceworld", "seen"), ("scienceworld", "unseen"),
+                 ("webshop", "unseen")]
+
+
+def paper_table(store: Store, *, iteration: int | None = None, metric: str = "success_rate") -> str:
+    """Paper Table 1 layout: ALFWorld seen/unseen, ScienceWorld seen/unseen, WebShop, average.
+
+    One row per iteration k (or only `iteration`), in percent. WebShop has one test split
+    (its seen and unseen are the same goals), reported once. A benchmark not yet evaluated
+    at k shows "-" and is left out of the average, which then says how many columns it covers.
+    """
+    if metric not in {"success_rate", "avg_reward"}:
+        raise ValueError("metric must be success_rate or avg_reward")
+    df = store.query(f"SELECT benchmark, iteration, split, {metric} AS v FROM evaluations ORDER BY iteration")
+    values = {(r["benchmark"], r["split"], r["iteration"]): r["v"] for r in df.iter_rows(named=True)}
+    iterations = sorted({k for (_, _, k) in values}) if iteration is None else [iteration]
+    header = ["k", "ALFWorld seen", "ALFWorld unseen", "ScienceWorld seen", "ScienceWorld unseen", "WebShop", "average"]
+    rows = []
+    for k in iterations:
+        cells = [values.get((b, s, k)) for b, s in PAPER_COLUMNS]
+        have = [c for c in cells if c is not None]
+        avg = f"{100 * sum(have) / len(have):.1f}" + ("" if len(have) == len(cells) else f" ({len(have)}/{len(cells)} cols)") if have else "-"
+        rows.append([str(k)] + [f"{100 * c:.1f}" if c is not None else "-" for c in cells] + [avg])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
