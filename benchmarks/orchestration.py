@@ -72,9 +72,12 @@ def main(argv: list[str] | None = None) -> int:
             ["overhead", f"{dagster_s - direct_s:.1f} s ({overhead:.1%})"]]
     print_table(f"Orchestration overhead: rollouts + gate, {args.tasks} tasks x {args.samples} samples, tiny model",
                 ["path", "seconds"], rows)
-    print(f"dagster run ok: {res.success}; target overhead <= 5% -> {'met' if overhead <= 0.05 else 'MISSED'}")
+    mats = sorted({e.asset_key.to_user_string() for e in res.get_asset_materialization_events()})
+    # With a random tiny model nothing passes the gate, so the blocking check fails the run by design.
+    print(f"materialized: {mats}; target overhead <= 5% -> {'met' if overhead <= 0.05 else 'MISSED'}")
     write_json("orchestration", {"dagster_s": dagster_s, "direct_s": direct_s, "overhead_fraction": overhead,
-                                 "tasks": args.tasks, "samples": args.samples, "run_success": res.success})
+                                 "tasks": args.tasks, "samples": args.samples,
+                                 "materialized": mats})
     return 0
 
 
