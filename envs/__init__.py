@@ -29,8 +29,13 @@ def get_benchmark(name: str) -> BenchmarkSpec:
             f"Unknown benchmark {name!r}. Known: {', '.join(sorted(REGISTRY))}. "
             "Register a new one in envs/__init__.py."
         )
-    module, attr = REGISTRY[name].split(":")
+    return load_ref(REGISTRY[name])
+
+
+def load_ref(ref: str):
+    """Import `"package.module:attribute"` lazily (registries name their entries this way)."""
+    module, attr = ref.split(":")
     return getattr(importlib.import_module(module), attr)
 
 
-__all__ = ["REGISTRY", "SPLITS", "BenchmarkSpec", "Env", "EnvError", "StepResult", "Task", "get_benchmark", "UnknownBenchmarkError"]
+__all__ = ["REGISTRY", "SPLITS", "BenchmarkSpec", "Env", "EnvError", "StepResult", "Task", "get_benchmark", "load_ref", "UnknownBenchmarkError"]

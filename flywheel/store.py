@@ -89,6 +89,20 @@ def _is_lock_error(exc: Exception) -> bool:
     return "lock" in text or "conflict" in text
 
 
+def _where(scope: dict[str, Any]) -> str:
+    """`col = ? AND ...` for a column scope (TRUE when empty); values go as parameters."""
+    return " AND ".join(f"{k} = ?" for k in scope) or "TRUE"
+
+
+def _delete_scope(con: duckdb.DuckDBPyConnection, scope: dict[str, Any]) -> None:
+    """Delete a scope's trajectories and their steps, inside the caller's transaction."""
+    if not scope:
+        raise ValueError("refusing to delete with an empty scope (it would delete every trajectory)")
+    where, params = _where(scope), list(scope.values())
+    con.execute(f"DELETE FROM steps WHERE traj_id IN (SELECT traj_id FROM trajectories WHERE {where})", params)
+    con.execute(f"DELETE FROM trajectories WHERE {where}", params)
+
+
 class Store:
     """Plain DuckDB store; the Dagster resource only builds one of these."""
 
@@ -203,13 +217,7 @@ class Store:
         traj_df, step_df = self.frames(trajs)
         with self.transaction() as con:
             if replace_scope:
-                where = " AND ".join(f"{k} = ?" for k in replace_scope)
-                params = list(replace_scope.values())
-                con.execute(
-                    f"DELETE FROM steps WHERE traj_id IN (SELECT traj_id FROM trajectories WHERE {where})",
-                    params,
-                )
-                con.execute(f"DELETE FROM trajectories WHERE {where}", params)
+                _delete_scope(con, replace_scope)
             con.register("new_traj", traj_df.to_arrow())
             con.register("new_steps", step_df.to_arrow())
             con.execute("DELETE FROM steps WHERE traj_id IN (SELECT traj_id FROM new_traj)")
@@ -219,13 +227,8 @@ class Store:
         return len(trajs)
 
     def delete_trajectories(self, **scope: Any) -> None:
-        where = " AND ".join(f"{k} = ?" for k in scope)
         with self.transaction() as con:
-            con.execute(
-                f"DELETE FROM steps WHERE traj_id IN (SELECT traj_id FROM trajectories WHERE {where})",
-                list(scope.values()),
-            )
-            con.execute(f"DELETE FROM trajectories WHERE {where}", list(scope.values()))
+            _delete_scope(con, scope)
 
     def delete_trajectory_ids(self, traj_ids: Sequence[str]) -> None:
         if not traj_ids:
@@ -235,7 +238,7 @@ class Store:
             con.execute("DELETE FROM trajectories WHERE traj_id IN (SELECT unnest(?))", [list(traj_ids)])
 
     def trajectory_table(self, **scope: Any) -> pl.DataFrame:
-        where = " AND ".join(f"{k} = ?" for k in scope) or "TRUE"
+        where = _where(scope)
         return self.query(f"SELECT * FROM trajectories WHERE {where} ORDER BY traj_id", list(scope.values()))
 
     def load_trajectories(self, traj_ids: Sequence[str] | None = None, **scope: Any) -> list[Trajectory]:

@@ -13,13 +13,13 @@ registry. Each one implements `TaskSynthesizer` (structurally).
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from envs import load_ref
 from envs.base import Env, Task
 
 SYNTHESIZERS: dict[str, str] = {
@@ -67,8 +67,7 @@ def get_synthesizer(benchmark: str) -> TaskSynthesizer:
             f"No task synthesizer for {benchmark!r}. Known: {', '.join(sorted(SYNTHESIZERS))} "
             "(register one in flywheel/curriculum/proposals.py)."
         )
-    module, attr = SYNTHESIZERS[benchmark].split(":")
-    return getattr(importlib.import_module(module), attr)
+    return load_ref(SYNTHESIZERS[benchmark])
 
 
 @dataclass
