@@ -7,7 +7,9 @@ The registry is a plain dict: benchmark name -> "module:attribute" of its
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+from typing import Any
 
 from envs.base import SPLITS, BenchmarkSpec, Env, EnvError, StepResult, Task
 
@@ -32,10 +34,23 @@ def get_benchmark(name: str) -> BenchmarkSpec:
     return load_ref(REGISTRY[name])
 
 
+def configure_spec(spec: BenchmarkSpec, options: dict[str, Any]) -> BenchmarkSpec:
+    """A copy of a (dataclass) spec with some fields set, e.g. ScienceWorld's `prompt="compact"`."""
+    if not options:
+        return spec
+    fields = {f.name for f in dataclasses.fields(spec) if f.name != "name"} if dataclasses.is_dataclass(spec) else set()
+    unknown = sorted(set(options) - fields)
+    if unknown:
+        raise ValueError(
+            f"Unknown option(s) {unknown} for benchmark {spec.name!r}. Valid: {', '.join(sorted(fields)) or 'none'}"
+        )
+    return dataclasses.replace(spec, **options)  # type: ignore[type-var]
+
+
 def load_ref(ref: str):
     """Import `"package.module:attribute"` lazily (registries name their entries this way)."""
     module, attr = ref.split(":")
     return getattr(importlib.import_module(module), attr)
 
 
-__all__ = ["REGISTRY", "SPLITS", "BenchmarkSpec", "Env", "EnvError", "StepResult", "Task", "get_benchmark", "load_ref", "UnknownBenchmarkError"]
+__all__ = ["REGISTRY", "SPLITS", "BenchmarkSpec", "Env", "EnvError", "StepResult", "Task", "configure_spec", "get_benchmark", "load_ref", "UnknownBenchmarkError"]

@@ -31,6 +31,7 @@ def demo_resources(args: argparse.Namespace) -> dict:
         "envs": EnvResource(
             task_types={args.benchmark: args.task_types} if args.task_types else {},
             train_limit=args.train_tasks, eval_limit=args.eval_tasks, max_steps=args.max_steps,
+            **_scienceworld_demo_options(args),
         ),
         "policy": TransformersPolicy(
             base_model_path=args.model, checkpoints_dir=str(runs / "checkpoints"),
@@ -42,6 +43,14 @@ def demo_resources(args: argparse.Namespace) -> dict:
             history_window=args.history_window, max_observation_chars=args.max_observation_chars,
         ),
     }
+
+
+def _scienceworld_demo_options(args: argparse.Namespace) -> dict:
+    """The demo's small-model settings: the compact prompt and the teleport-shortcut expert."""
+    if args.benchmark != "scienceworld":
+        return {}
+    return {"spec_options": {"scienceworld": {"prompt": args.prompt}},
+            "env_options": {"scienceworld": {"expert_path": args.expert_path}}}
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -121,6 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--torch-threads", type=int, default=0, help="0 = torch default; 1 on a busy machine")
     demo.add_argument("--history-window", type=int, default=6)
     demo.add_argument("--max-observation-chars", type=int, default=400)
+    demo.add_argument("--prompt", choices=["full", "compact"], default="compact",
+                      help="ScienceWorld system prompt (compact: 146 tokens instead of 584)")
+    demo.add_argument("--expert-path", choices=["gold", "shortcut"], default="shortcut",
+                      help="ScienceWorld seeds: the engine's gold path, or walks collapsed into teleports")
     demo.set_defaults(fn=cmd_demo)
 
     rep = sub.add_parser("report", help="print the evaluation table from the store")

@@ -31,6 +31,15 @@ def replay(env: Env, task: Task, actions: list[str], *, source: str = "expert") 
     return traj
 
 
+def expert_for(spec: BenchmarkSpec, env: Env, task: Task) -> list[str]:
+    """The task's own expert path, else the env's (an env that can compute its expert on its own
+    engine, with its own options, e.g. ScienceWorld's `expert_path`), else the spec's."""
+    if task.expert_actions:
+        return list(task.expert_actions)
+    own = getattr(env, "expert_actions", None)
+    return own(task) if callable(own) else spec.expert_actions(task)
+
+
 def collect_expert(
     spec: BenchmarkSpec,
     tasks: list[Task],
@@ -45,7 +54,7 @@ def collect_expert(
     try:
         for i, task in enumerate(tasks, 1):
             try:
-                traj = replay(env, task, spec.expert_actions(task))
+                traj = replay(env, task, expert_for(spec, env, task))
             except EnvError as exc:
                 failed.append((task.task_id, f"env error: {exc}"))
                 env.close()

@@ -7,7 +7,7 @@ from typing import Any
 
 from envs.base import Task
 from envs.scienceworld.adapter import ScienceWorldEnv, expert_actions_many, shared_expert_actions
-from envs.scienceworld.prompts import SYSTEM_PROMPT, describe_action, normalize_action
+from envs.scienceworld.prompts import PROMPTS, SYSTEM_PROMPT, describe_action, normalize_action
 from envs.scienceworld.tasks import load_tasks, make_task, resolve_task_name
 
 
@@ -16,6 +16,11 @@ class ScienceWorldSpec:
     """The `BenchmarkSpec` for ScienceWorld (see envs/base.py)."""
 
     name: str = "scienceworld"
+    prompt: str = "full"  # "compact": the main rules in 146 tokens instead of 584, for small models
+
+    def __post_init__(self) -> None:
+        if self.prompt not in PROMPTS:
+            raise ValueError(f"Unknown ScienceWorld prompt {self.prompt!r}. Valid: {', '.join(PROMPTS)}")
 
     def load_tasks(self, split: str, *, limit: int | None = None, task_types: tuple[str, ...] | None = None) -> list[Task]:
         return load_tasks(split, limit=limit, task_types=task_types)
@@ -24,7 +29,7 @@ class ScienceWorldSpec:
         return ScienceWorldEnv(**options)
 
     def system_prompt(self) -> str:
-        return SYSTEM_PROMPT
+        return PROMPTS[self.prompt]
 
     def expert_actions(self, task: Task) -> list[str]:
         """Gold path (task.expert_actions if already filled, else generated on a shared JVM).

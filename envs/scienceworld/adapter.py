@@ -28,6 +28,7 @@ The same actions then give the same observations, run after run, fast or stock, 
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import shutil
 import tempfile
@@ -42,7 +43,10 @@ from scienceworld import ScienceWorldEnv as _PackageEnv
 from scienceworld.constants import BASEPATH, JAR_PATH
 
 from envs.base import EnvError, StepResult, Task
+from envs.scienceworld.shortcut import allows_teleport, teleport_shortcut
 from envs.scienceworld.tasks import DEFAULT_SIMPLIFICATION, resolve_task_name
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_HEAP = "512m"
 # Serial GC: on these small heaps it peaks ~100 MB lower than G1 (no remembered sets, fewer
@@ -53,6 +57,7 @@ NO_STEP_LIMIT = 10**9  # the rollout loop enforces Task.max_steps; the engine sh
 LOOK = "look around"  # the package's reset() makes this first move
 INVALID_PREFIXES = ("No known action matches that input.", "Unknown action.")
 AMBIGUOUS_PREFIX = "Ambiguous request"
+EXPERT_PATHS = ("gold", "shortcut")
 SIMPLIFICATIONS = ("easy", "teleportAction", "selfWateringFlowerPots", "openContainers", "openDoors", "noElectricalAction")
 INSTALL_JAVA = (
     "ScienceWorld needs a Java runtime (Java 17) and none was found on PATH or in $JAVA_HOME. "
@@ -167,10 +172,15 @@ class ScienceWorldEnv:
         java_path: str | None = None,
         deterministic: bool = True,
         seed: int = 0,
+        expert_path: str = "gold",
     ) -> None:
         """`simplification=None` uses task.meta["simplification"] (default "easy"); `max_heap=None`
         keeps the JVM default heap (a quarter of RAM); `java_opts` are extra JVM flags (replacing
-        the default serial GC); `deterministic` see module doc."""
+        the default serial GC); `deterministic` see module doc; `expert_path` is "gold" (the
+        engine's path) or "shortcut" (walks collapsed into teleports, see shortcut.py)."""
+        if expert_path not in EXPERT_PATHS:
+            raise ValueError(f"Unknown expert_path {expert_path!r}. Valid: {', '.join(EXPERT_PATHS)}")
+        self.expert_path = expert_path
         self.fast = fast
         self.simplification = simplification
         self.deterministic = deterministic
@@ -346,6 +356,31 @@ class ScienceWorldEnv:
             raise EnvError(f"ScienceWorld JVM failed listing valid actions: {exc}") from exc
 
     def expert_actions(self, task: Task) -> list[str]:
+        """The expert path for `task` (see `expert_path`). Leaves no episode open: reset() next."""
+        gold = self.gold_actions(task)
+        simplification = self.simplification or task.meta.get("simplification", DEFAULT_SIMPLIFICATION)
+        if self.expert_path == "gold" or not allows_teleport(simplification):
+            return gold
+        short = teleport_shortcut(gold)
+        if short == gold or self._solves(task, short):
+            return short
+        log.info("teleport shortcut failed on %s; using the gold path", task.task_id)
+        return gold
+
+    def _solves(self, task: Task, actions: list[str]) -> bool:
+        self.reset(task)
+        try:
+            for action in actions:
+                result = self.step(action)
+                if result.success:
+                    return True
+                if result.done:
+                    return False
+            return False
+        finally:
+            self._task = None
+
+    def gold_actions(self, task: Task) -> list[str]:
         """The engine's gold action sequence for `task`. Leaves no episode open: reset() next."""
         self._task = None
         self._load(task, gold=True)

@@ -48,6 +48,19 @@ the number alone (e.g. "0") to choose one.
 - Some processes (heating, growing, mixing) take time: use wait or wait1 and then check again.
 """
 
+# For small models on small budgets: the main rules in a quarter of the tokens (146 vs 584 with
+# SmolLM2's tokenizer). Every SFT example and every rollout prompt carries the system prompt.
+COMPACT_SYSTEM_PROMPT = """\
+You are an agent in ScienceWorld, a text simulation of a house and its surroundings. The first \
+message gives your task and the room you are in; each action returns an observation.
+Actions (use names exactly as observed): look around, look at OBJ, examine OBJ, inventory, \
+teleport to LOC, go to LOC, open OBJ, pick up OBJ, move OBJ to OBJ, pour OBJ into OBJ, \
+activate OBJ, use OBJ on OBJ, wait1, focus on OBJ.
+"focus on" is irreversible: use it only on the object the task asks for. \
+If the environment lists numbered options, answer with the number alone.
+"""
+PROMPTS = {"full": SYSTEM_PROMPT, "compact": COMPACT_SYSTEM_PROMPT}
+
 _QUOTES = "\"'`“”‘’"
 _TRAILING = ".!?;,:" + _QUOTES
 _PREFIX = re.compile(r"^(?:action\s*:|>)\s*", re.IGNORECASE)

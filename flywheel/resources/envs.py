@@ -2,7 +2,7 @@ from typing import Any
 
 import dagster as dg
 
-from envs import get_benchmark
+from envs import configure_spec, get_benchmark
 from envs.base import BenchmarkSpec, Env, Task
 from flywheel.validation import check_benchmark, check_benchmarks, check_data
 
@@ -19,17 +19,22 @@ class EnvResource(dg.ConfigurableResource):
     eval_limit: int | None = None
     max_steps: int | None = None
     env_options: dict[str, dict[str, Any]] = {}
+    # Fields of a benchmark's spec, e.g. {"scienceworld": {"prompt": "compact"}}.
+    spec_options: dict[str, dict[str, Any]] = {}
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """Fail the run at its first step, naming the fix, on unknown benchmarks or missing data."""
         check_benchmarks(self.task_types, where="envs.task_types")
         check_benchmarks(self.env_options, where="envs.env_options")
+        check_benchmarks(self.spec_options, where="envs.spec_options")
+        for name in self.spec_options:
+            self.spec(name)  # unknown or invalid options fail here, naming the valid ones
         benchmark = run_benchmark(context)
         if benchmark is not None:
             check_data(check_benchmark(benchmark, where="the run's partition"))
 
     def spec(self, benchmark: str) -> BenchmarkSpec:
-        return get_benchmark(check_benchmark(benchmark))
+        return configure_spec(get_benchmark(check_benchmark(benchmark)), self.spec_options.get(benchmark, {}))
 
     def tasks(self, benchmark: str, split: str) -> list[Task]:
         limit = self.train_limit if split == "train" else self.eval_limit
