@@ -161,29 +161,41 @@ def run_rollouts(
                 log.debug("closing a broken env failed", exc_info=True)
         slot.env = make_env()
 
-    def start(slot: _Slot, task: Task, sample: int, attempts: int = 1) -> None:
-        """Reset the slot's env on a task; a crashing env is restarted up to the retry limit."""
+    def start(slot: _Slot, task: Task, sample: int, attempts: int = 1) -> str | None:
+        """Reset the slot's env on a task; a crashing env is restarted up to the retry limit.
+
+        Runs in a worker thread (JVM starts and task loads overlap); returns the error that
+        made the episode errored, for the main thread to record.
+        """
         while True:
             try:
                 if slot.env is None:
                     slot.env = make_env()
                 obs = slot.env.reset(task)
                 slot.episode = _Episode(task=task, sample=sample, initial_observation=obs, attempts=attempts)
-                return
+                return None
             except EnvError as exc:
                 if attempts > cfg.max_env_retries:
                     slot.episode = _Episode(task=task, sample=sample, initial_observation="", attempts=attempts)
-                    finish(slot, "errored", f"reset failed: {exc}")
-                    return
+                    return f"reset failed: {exc}"
                 attempts += 1
                 restart_env(slot)
 
-    def fill() -> None:
-        for slot in slots:
-            while slot.episode is None and queue:
-                idx, task, sample = queue.popleft()
-                order[id(slot)] = idx
-                start(slot, task, sample)
+    def fill(pool: ThreadPoolExecutor) -> None:
+        """Give every idle slot the next job; envs start and reset side by side."""
+        while True:
+            batch = []
+            for slot in slots:
+                if slot.episode is None and queue:
+                    idx, task, sample = queue.popleft()
+                    order[id(slot)] = idx
+                    batch.append((slot, task, sample))
+            if not batch:
+                return
+            errors = list(pool.map(lambda job: start(*job), batch))
+            for (slot, _, _), error in zip(batch, errors, strict=True):
+                if error:  # the slot is idle again and takes the next job
+                    finish(slot, "errored", error)
 
     def step_one(slot: _Slot, action: str) -> StepResult | EnvError:
         try:
@@ -193,7 +205,7 @@ def run_rollouts(
             return exc
 
     with ThreadPoolExecutor(max_workers=len(slots)) as pool:
-        fill()
+        fill(pool)
         while any(s.episode for s in slots):
             live = [s for s in slots if s.episode]
             prompts = [
@@ -228,7 +240,9 @@ def run_rollouts(
                         restart_env(slot)
                         task, sample, attempts = ep.task, ep.sample, ep.attempts + 1
                         slot.episode = None
-                        start(slot, task, sample, attempts)
+                        error = start(slot, task, sample, attempts)
+                        if error:
+                            finish(slot, "errored", error)
                     continue
                 ep.last = res
                 ep.steps.append(
@@ -243,7 +257,7 @@ def run_rollouts(
                 limit = min(ep.task.max_steps, cfg.max_steps or ep.task.max_steps)
                 if res.done or res.success or len(ep.steps) >= limit:
                     finish(slot)
-            fill()
+            fill(pool)
     for slot in slots:
         if slot.env is not None:
             slot.env.close()

@@ -65,3 +65,32 @@ def test_parallel_1_is_sequential():
     gen = ScriptGenerator()
     run([(counter_task(i), 0) for i in range(3)], gen, parallel_envs=1)
     assert set(gen.batches) == {1}
+
+
+def test_envs_start_and_reset_side_by_side():
+    """JVM starts are seconds each: four envs must be starting at the same time, not in turn."""
+    import threading
+
+    barrier = threading.Barrier(4, timeout=10)  # breaks (and the run fails) if starts are sequential
+
+    def slow_start():
+        barrier.wait()
+        return CounterEnv()
+
+    trajs = run([(counter_task(i), 0) for i in range(4)], ScriptGenerator(), make_env=slow_start, parallel_envs=4)
+    assert all(t.success for t in trajs)
+
+
+def test_reset_that_keeps_crashing_marks_only_that_episode_errored():
+    from envs.base import EnvError
+
+    class BadTaskEnv(CounterEnv):
+        def reset(self, task):
+            if task.task_id == "c1":
+                raise EnvError("cannot load task")
+            return super().reset(task)
+
+    trajs = run([(counter_task(i), 0) for i in range(4)], ScriptGenerator(), make_env=BadTaskEnv, parallel_envs=2)
+    assert [t.task_id for t in trajs] == ["c0", "c1", "c2", "c3"]
+    assert [t.status for t in trajs] == ["ok", "errored", "ok", "ok"]
+    assert "reset failed: cannot load task" in trajs[1].error and all(trajs[i].success for i in (0, 2, 3))
