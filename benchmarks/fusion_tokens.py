@@ -21,6 +21,7 @@ from flywheel.teacher import ScriptedTeacher
 from flywheel.teacher.base import apply_annotations
 
 STEPS = (5, 10, 20, 40)
+PAPER_THOUGHT_TOKENS = 620
 LONG_TASKS = ("boil", "grow-plant", "mendelian-genetics-known-plant")
 
 
@@ -65,8 +66,17 @@ def main(argv: list[str] | None = None) -> int:
                 ["step t", "trajectories", "fused (p_t)", "full (e_t)", "full/fused"], rows)
     et = sum(thought_tokens) / len(thought_tokens)
     pt = sum(plan_tokens) / len(plan_tokens)
-    print(f"mean e_t = {et:.0f} tokens, mean p_t = {pt:.0f} tokens; target >= 4x at t=20; paper: ~620 vs ~112 per step")
+    print(f"mean e_t = {et:.0f} tokens, mean p_t = {pt:.0f} tokens; paper: ~620 vs ~112 per step")
+    at20 = out.get(20, {}).get("ratio")
+    if at20 is not None:
+        print(f"target >= 4x at t=20: {'met' if at20 >= 4 else 'MISSED'} ({at20:.2f}x measured with scripted thoughts)")
+    # Arithmetic, not a measurement: the same prompts if every past e_t were as long as the
+    # paper's long thoughts (an LLM teacher's), everything else unchanged.
+    projected = {t: (r["full"] + t * (PAPER_THOUGHT_TOKENS - et)) / r["fused"] for t, r in out.items()}
+    print("projection with e_t = 620 tokens (paper): "
+          + ", ".join(f"t={t}: {v:.1f}x" for t, v in projected.items()))
     write_json("fusion_tokens", {"by_step": out, "mean_per_step": mean, "mean_thought_tokens": et,
+                                 "projected_ratio_with_paper_thoughts": projected,
                                  "mean_plan_tokens": pt, "tasks": list(LONG_TASKS), "teacher": "scripted",
                                  "paper_tokens_per_step": {"fused": 112, "full": 620}})
     return 0

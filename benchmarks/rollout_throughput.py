@@ -37,11 +37,11 @@ def measure(spec, tasks, generator, parallel: int, max_steps: int, max_new_token
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--episodes", type=int, default=16)
+    ap.add_argument("--episodes", type=int, default=32)
     ap.add_argument("--max-steps", type=int, default=5)
     ap.add_argument("--parallel", type=int, nargs="*", default=[1, 2, 4, 8, 16])
-    ap.add_argument("--smollm-episodes", type=int, default=8)
-    ap.add_argument("--smollm-parallel", type=int, nargs="*", default=[1, 8])
+    ap.add_argument("--smollm-episodes", type=int, default=16)
+    ap.add_argument("--smollm-parallel", type=int, nargs="*", default=[1, 2, 4, 8, 16])
     ap.add_argument("--skip-smollm", action="store_true")
     args = ap.parse_args(argv)
     spec = get_benchmark("scienceworld")
