@@ -99,7 +99,7 @@ def cmd_prepare_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     from flywheel.settings import default_base_model, runs_dir
 
     parser = argparse.ArgumentParser(prog="flywheel")
@@ -143,7 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--metric", default="success_rate", choices=["success_rate", "avg_reward"])
     rep.set_defaults(fn=cmd_report)
 
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     return args.fn(args)
 

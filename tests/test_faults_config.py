@@ -88,3 +88,14 @@ def test_shipped_instance_config_retries_runs_and_orders_iterations():
         assert instance.run_retries_enabled and instance.run_retries_max_retries >= 1
         queue = instance.get_concurrency_config().run_queue_config
         assert {"key": "flywheel/benchmark", "limit": 1, "value": {"applyLimitPerUniqueValue": True}} in queue.tag_concurrency_limits
+
+
+def test_unknown_spec_option(tmp_path):
+    envs = EnvResource(spec_options={BENCH: {"promt": "compact"}})
+    msg, seconds = run({"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "envs": envs},
+                       "bootstrap_job", BENCH, ["expert_trajectories"])
+    assert "Unknown option(s) ['promt'] for benchmark 'scienceworld'. Valid: prompt" in msg and seconds < 30
+    bad_value = EnvResource(spec_options={BENCH: {"prompt": "tiny"}})
+    msg, _ = run({"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "envs": bad_value},
+                 "bootstrap_job", BENCH, ["expert_trajectories"])
+    assert "Unknown ScienceWorld prompt 'tiny'. Valid: full, compact" in msg
