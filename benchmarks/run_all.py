@@ -18,7 +18,7 @@ from _common import RESULTS, print_table, write_json
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = {
-    "env_speed": ["--quick"],
+    "env_speed": [],
     "rollout_throughput": [],
     "fusion_tokens": [],
     "store_write": [],
@@ -28,8 +28,8 @@ SCRIPTS = {
 }
 
 
-def headline(name: str, data: dict) -> list[str]:
-    """(figure, measured, target, met) for the summary, read from a result file."""
+def headline(name: str, data: dict) -> list:
+    """(figure, measured, target, met) for the summary, read from a result file (or a list of them)."""
     def get(*path, default=None):
         cur = data
         for p in path:
@@ -38,6 +38,23 @@ def headline(name: str, data: dict) -> list[str]:
             cur = cur[p]
         return cur
 
+    if name == "env_speed":
+        speed = get("scienceworld_speed", default={})
+        mem = get("scienceworld_memory", "configs", default={})
+        rows = []
+        if speed:
+            r, shipped = speed["speedup_stock_over_fast"], speed.get("speedup_package_as_shipped_over_fast")
+            rows.append(["ScienceWorld step vs stock env.step()",
+                         f"{r}x (package as shipped: {shipped}x); identical: {speed['equal']}", ">= 10x, identical",
+                         str(r >= 10 and speed["equal"])])
+        adapter = next((v for k, v in mem.items() if "adapter default" in k), None)
+        package = next((v for k, v in mem.items() if k.startswith("package")), None)
+        if adapter and package:
+            rows.append(["ScienceWorld peak RSS per env",
+                         f"{adapter['peak_jvm_rss_mib']} vs {package['peak_jvm_rss_mib']} MiB; "
+                         f"{adapter['envs_in_24_gib']} vs {package['envs_in_24_gib']} envs in 24 GiB", "<= 600 MB",
+                         str(adapter["peak_jvm_rss_mib"] <= 600 * 10**6 / 2**20)])
+        return rows or [name, "see results/env_speed.json", "", ""]
     if name == "store_write":
         return ["store write, 10k steps", f"{data['write_s']:.2f} s ({data['speedup']:.0f}x vs row-by-row)", "< 1 s",
                 str(data["target_write_under_1s"])]
@@ -72,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ran:
         path = RESULTS / f"{name}.json"
         if ran[name]["returncode"] == 0 and path.exists():
-            rows.append(headline(name, json.loads(path.read_text())))
+            got = headline(name, json.loads(path.read_text()))
+            rows.extend(got if got and isinstance(got[0], list) else [got])
         else:
             rows.append([name, f"FAILED (exit {ran[name]['returncode']})", "", ""])
     print_table("Summary (each figure is a ratio measured in the same run)", ["figure", "measured", "target", "met"], rows)
