@@ -38,3 +38,31 @@ def test_cut_after_action():
 def test_missing_model_names_the_fix(tmp_path):
     with pytest.raises(ModelNotFoundError, match="make model"):
         require_model(tmp_path / "nope")
+
+
+def test_action_line_stop_fires_exactly_after_each_rows_action_line(tiny):
+    """Feed two rows token by token; each stops at the newline ending its own action line."""
+    import torch
+
+    from flywheel.policy.inference import action_line_stop
+
+    gen = TransformersGenerator(str(tiny))
+    tok = gen.tokenizer
+    texts = ["Thought: a\nPlan: b\nAction: go north\nObservation: x\n",
+             "Thought: long\nAction:\nPlan: c\nAction: look\nmore\n"]
+    rows = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    width = max(map(len, rows))
+    rows = [r + [r[-1]] * (width - len(r)) for r in rows]  # pad by repeating: no new newline
+    prompt = [[7, 8, 9]] * 2
+    stop = action_line_stop(tok, 3, gen._newline_ids())
+    fired_at: list[int | None] = [None, None]
+    for n in range(1, width + 1):
+        done = stop(torch.tensor([p + r[:n] for p, r in zip(prompt, rows, strict=True)]), None)
+        for i in range(2):
+            if done[i] and fired_at[i] is None:
+                fired_at[i] = n
+    for i, text in enumerate(texts):
+        assert fired_at[i] is not None
+        seen = tok.decode(rows[i][: fired_at[i]])
+        assert seen.rstrip(" ").endswith("\n") and cut_after_action(seen).endswith(("go north", "look"))
+        assert cut_after_action(tok.decode(rows[i][: fired_at[i] - 1])) == tok.decode(rows[i][: fired_at[i] - 1]).strip()

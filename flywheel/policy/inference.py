@@ -37,6 +37,32 @@ def cut_after_action(text: str) -> str:
     return text[: m.end() - 1] if m else text.strip()
 
 
+def action_line_stop(tokenizer, prompt_len: int, newline_ids):
+    """A `StoppingCriteria`: a row is done once its generated text holds a complete action line.
+
+    That can only become true when the token just generated contains a newline, so only those
+    rows are decoded: one tensor op per token instead of decoding every row at every token
+    (which cost more than a tiny model's forward pass).
+    """
+    import torch
+    from transformers import StoppingCriteria
+
+    class ActionLineStop(StoppingCriteria):
+        def __init__(self) -> None:
+            self.done: torch.Tensor | None = None
+
+        def __call__(self, input_ids, scores, **kwargs):  # type: ignore[override]
+            if self.done is None:
+                self.done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+            fresh = torch.isin(input_ids[:, -1], newline_ids) & ~self.done
+            for row in fresh.nonzero().flatten().tolist():
+                if _ACTION_LINE.search(tokenizer.decode(input_ids[row, prompt_len:], skip_special_tokens=True)):
+                    self.done[row] = True
+            return self.done.clone()
+
+    return ActionLineStop()
+
+
 class TransformersGenerator:
     """Batched `model.generate` with left padding and a per-row stop at the action line."""
 
@@ -58,6 +84,16 @@ class TransformersGenerator:
         self.device = device
         self.max_batch_size = max_batch_size
         self.model_id = model_id or str(model_path)
+
+    def _newline_ids(self):
+        """Ids of every vocabulary token whose text contains a newline (computed once)."""
+        import torch
+
+        if getattr(self, "_newlines", None) is None:
+            texts = self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))])
+            ids = [i for i, t in enumerate(texts) if "\n" in t]
+            self._newlines = torch.tensor(ids, dtype=torch.long, device=self.device)
+        return self._newlines
 
     def render(self, messages: list[Message]) -> str:
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -84,18 +120,13 @@ class TransformersGenerator:
 
     def _generate_batch(self, texts: list[str], temperature: float, max_new_tokens: int) -> list[Generation]:
         import torch
-        from transformers import StoppingCriteria, StoppingCriteriaList
+        from transformers import StoppingCriteriaList
 
         tok = self.tokenizer
         enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
         prompt_len = enc["input_ids"].shape[1]
 
-        class ActionLineStop(StoppingCriteria):
-            def __call__(self, input_ids, scores, **kwargs):  # type: ignore[override]
-                gen = input_ids[:, prompt_len:]
-                done = [bool(_ACTION_LINE.search(t)) for t in tok.batch_decode(gen, skip_special_tokens=True)]
-                return torch.tensor(done, device=input_ids.device)
-
+        stop = action_line_stop(tok, prompt_len, self._newline_ids())
         sampling = temperature > 0
         with torch.inference_mode():
             seqs = self.model.generate(
@@ -107,7 +138,7 @@ class TransformersGenerator:
                 top_k=None,
                 pad_token_id=tok.pad_token_id,
                 eos_token_id=tok.eos_token_id,
-                stopping_criteria=StoppingCriteriaList([ActionLineStop()]),
+                stopping_criteria=StoppingCriteriaList([stop]),
             )
         results = []
         prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
