@@ -32,10 +32,10 @@ BENCH = "scienceworld"
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tasks", type=int, default=4)
+    ap.add_argument("--tasks", type=int, default=8)
     ap.add_argument("--samples", type=int, default=2)
-    ap.add_argument("--max-steps", type=int, default=5)
-    ap.add_argument("--repeats", type=int, default=4)
+    ap.add_argument("--max-steps", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
