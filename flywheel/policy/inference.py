@@ -84,12 +84,13 @@ class TransformersGenerator:
         self.device = device
         self.max_batch_size = max_batch_size
         self.model_id = model_id or str(model_path)
+        self._newlines = None
 
     def _newline_ids(self):
         """Ids of every vocabulary token whose text contains a newline (computed once)."""
         import torch
 
-        if getattr(self, "_newlines", None) is None:
+        if self._newlines is None:
             texts = self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))])
             ids = [i for i, t in enumerate(texts) if "\n" in t]
             self._newlines = torch.tensor(ids, dtype=torch.long, device=self.device)
