@@ -61,7 +61,7 @@ def test_action_line_stop_fires_exactly_after_each_rows_action_line(tiny):
         for i in range(2):
             if done[i] and fired_at[i] is None:
                 fired_at[i] = n
-    for i, text in enumerate(texts):
+    for i in range(len(texts)):
         assert fired_at[i] is not None
         seen = tok.decode(rows[i][: fired_at[i]])
         assert seen.rstrip(" ").endswith("\n") and cut_after_action(seen).endswith(("go north", "look"))
