@@ -242,10 +242,14 @@ class ScienceWorldEnv:
         return sum(p.memory_info().rss for p in procs if p.is_running())
 
     # --- episode ---------------------------------------------------------------------
+    def _simplification_of(self, task: Task) -> str:
+        """The env's own simplification if set, else the task's (default "easy")."""
+        return self.simplification or task.meta.get("simplification", DEFAULT_SIMPLIFICATION)
+
     def _load(self, task: Task, *, gold: bool) -> tuple[str, int, str]:
         name = resolve_task_name(task.meta.get("task_name") or task.task_id.split("/")[0])
         variation = int(task.meta.get("variation", task.task_id.rsplit("/", 1)[-1]))
-        simplification = self.simplification or task.meta.get("simplification", DEFAULT_SIMPLIFICATION)
+        simplification = self._simplification_of(task)
         bad = [s for s in simplification.split(",") if s and s not in SIMPLIFICATIONS]
         if bad:
             raise ValueError(f"Unknown simplification(s) {bad}. Valid: {', '.join(SIMPLIFICATIONS)}")
@@ -358,7 +362,7 @@ class ScienceWorldEnv:
     def expert_actions(self, task: Task) -> list[str]:
         """The expert path for `task` (see `expert_path`). Leaves no episode open: reset() next."""
         gold = self.gold_actions(task)
-        simplification = self.simplification or task.meta.get("simplification", DEFAULT_SIMPLIFICATION)
+        simplification = self._simplification_of(task)
         if self.expert_path == "gold" or not allows_teleport(simplification):
             return gold
         short = teleport_shortcut(gold)
