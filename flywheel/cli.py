@@ -10,6 +10,23 @@ import time
 from pathlib import Path
 
 DEMO_TASK_TYPES = ["find-non-living-thing", "lifespan-longest-lived", "lifespan-shortest-lived"]
+# The demo's default task types, per benchmark (none given = all of the benchmark's tasks).
+DEFAULT_TASK_TYPES = {"scienceworld": DEMO_TASK_TYPES}
+# The demo's numeric flags and the option names their bounds live under (flywheel/validation.py).
+DEMO_OPTIONS = {"train_tasks": "train_limit", "eval_tasks": "eval_limit", "samples": "samples_per_task",
+                "iterations": "iterations", "max_steps": "max_steps", "epochs": "epochs", "lr": "learning_rate",
+                "max_train_steps": "max_train_steps", "batch_size": "batch_size", "max_new_tokens": "max_new_tokens",
+                "parallel_envs": "parallel_envs", "dtype": "dtype", "torch_threads": "torch_threads",
+                "history_window": "history_window", "max_observation_chars": "max_observation_chars"}
+
+
+def validate_demo_args(args: argparse.Namespace) -> None:
+    """Every numeric option within its bound, before any work (ConfigurationError names the flag)."""
+    from flywheel.validation import check_benchmark, check_options
+
+    check_benchmark(args.benchmark, where="--benchmark")
+    check_options({opt: getattr(args, flag) for flag, opt in DEMO_OPTIONS.items()},
+                  names={opt: "--" + flag.replace("_", "-") for flag, opt in DEMO_OPTIONS.items()})
 
 
 def _instance():
@@ -29,7 +46,7 @@ def demo_resources(args: argparse.Namespace) -> dict:
         "store": StoreResource(path=str(runs / "flywheel.duckdb")),
         "teacher": ScriptedTeacherResource(),
         "envs": EnvResource(
-            task_types={args.benchmark: args.task_types} if args.task_types else {},
+            task_types={args.benchmark: types} if (types := _task_types(args)) else {},
             train_limit=args.train_tasks, eval_limit=args.eval_tasks, max_steps=args.max_steps,
             **_scienceworld_demo_options(args),
         ),
@@ -45,6 +62,11 @@ def demo_resources(args: argparse.Namespace) -> dict:
     }
 
 
+def _task_types(args: argparse.Namespace) -> list[str]:
+    """--task-types if given, else the demo's defaults for that benchmark (none for ALFWorld and WebShop)."""
+    return args.task_types if args.task_types is not None else DEFAULT_TASK_TYPES.get(args.benchmark, [])
+
+
 def _scienceworld_demo_options(args: argparse.Namespace) -> dict:
     """The demo's small-model settings: the compact prompt and the teleport-shortcut expert."""
     if args.benchmark != "scienceworld":
@@ -58,12 +80,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from flywheel.policy.models import require_model
     from flywheel.store import Store
 
+    validate_demo_args(args)
     require_model(args.model)
     started = time.monotonic()
     resources = demo_resources(args)
     stopped, gate_blocked = None, False
     try:
-        run_flywheel(args.benchmark, resources=resources, iterations=args.iterations, instance=_instance())
+        run_flywheel(args.benchmark, resources=resources, iterations=args.iterations, instance=_ready_instance())
     except GateBlocked as exc:  # nothing passed the reward gate: a measured result, reported as such
         stopped, gate_blocked = f"{exc} (no successful trajectory to refine on; the sensor would stop here too)", True
     except StageFailed as exc:
@@ -76,6 +99,27 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if stopped:
         print(f"\nflywheel stopped early: {stopped}", file=sys.stderr)
         return 0 if gate_blocked else 1
+    return 0
+
+
+def _ready_instance():
+    """The instance, with pool slots of dead runs (a killed SFT) freed; a live holder fails at once, naming it."""
+    from flywheel.slots import check_pool_free
+
+    instance = _instance()
+    check_pool_free(instance, log=logging.getLogger("flywheel.slots").warning)
+    return instance
+
+
+def cmd_free_slots(args: argparse.Namespace) -> int:
+    """Free the concurrency-pool slots of finished runs and of runs whose worker process is gone."""
+    from flywheel.slots import pool_holders, release_dead_slots
+
+    instance = _instance()
+    freed = release_dead_slots(instance)
+    for h in pool_holders(instance):
+        print(f"still holding {h.pools}: run {h.run_id} ({h.job} {h.partition or ''}, {h.status}, live pid(s) {h.alive})")
+    print(f"freed the slots of {len(freed)} run(s){': ' + ', '.join(freed) if freed else ''}")
     return 0
 
 
@@ -114,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--benchmark", default="scienceworld")
     demo.add_argument("--model", default=default_base_model())
     demo.add_argument("--runs-dir", default=str(runs_dir() / "demo"))
-    demo.add_argument("--task-types", nargs="*", default=DEMO_TASK_TYPES)
+    demo.add_argument("--task-types", nargs="*", default=None,
+                      help=f"default: {' '.join(DEMO_TASK_TYPES)} for scienceworld, all tasks otherwise")
     demo.add_argument("--train-tasks", type=int, default=16)
     demo.add_argument("--eval-tasks", type=int, default=6)
     demo.add_argument("--samples", type=int, default=2)
@@ -147,10 +192,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    from envs.data import MissingDataError
+    from flywheel.policy.models import ModelNotFoundError
+    from flywheel.validation import ConfigurationError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    return args.fn(args)
+    try:
+        return args.fn(args)
+    except Exception as exc:
+        if not _user_error(exc, (ConfigurationError, ModelNotFoundError, MissingDataError)):
+            raise
+        # A configuration error: one line naming the fix, no traceback.
+        print(f"{parser.prog}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
     sys.exit(main())
+    free = sub.add_parser("free-slots", help="free pool slots held by finished runs or runs whose worker was killed")
+    free.set_defaults(fn=cmd_free_slots)
+
+def _user_error(exc: Exception, kinds: tuple[type[Exception], ...]) -> bool:
+    """A configuration or environment error the user fixes (shown as one line), not a bug (a traceback)."""
+    slots = sys.modules.get("flywheel.slots")  # imported only by commands that use an instance
+    return isinstance(exc, kinds + ((slots.PoolBusyError,) if slots else ()))
+
+

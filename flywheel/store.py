@@ -8,8 +8,10 @@ several processes (Dagster's multiprocess executor) can share one file.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
+import re
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -89,6 +91,82 @@ def _is_lock_error(exc: Exception) -> bool:
     return "lock" in text or "conflict" in text
 
 
+class StoreBusyError(RuntimeError):
+    """Another process held the store's file lock for longer than the store waits."""
+
+
+class ForeignStoreError(RuntimeError):
+    """The DuckDB file holds another schema; nothing was written to it."""
+
+
+def _lock_holder(message: str) -> str:
+    """The process DuckDB names in its lock error ("... (PID 123) ..."), described with psutil."""
+    match = re.search(r"PID (\d+)", message)
+    if not match:
+        return "another process"
+    pid = int(match.group(1))
+    try:
+        import psutil
+
+        proc = psutil.Process(pid)
+        cmd = " ".join(proc.cmdline()) or proc.name()
+        return f"process {pid} ({cmd[:160]}, user {proc.username()})"
+    except Exception:  # noqa: BLE001 - gone, or not ours to inspect: the PID alone still names it
+        return f"process {pid}"
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def _text(value: Any) -> Any:
+    """A string DuckDB and Arrow can encode: lone surrogates (from a model's bytes) become U+FFFD."""
+    if isinstance(value, str) and not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return _SURROGATES.sub("\ufffd", value)
+    return value
+
+
+@functools.cache
+def _expected_columns() -> dict[str, list[str]]:
+    """Each table of SCHEMA -> its column names, read from an in-memory database."""
+    con = duckdb.connect(":memory:")
+    try:
+        con.execute(SCHEMA)
+        rows = con.execute("SELECT table_name, column_name FROM information_schema.columns "
+                           "ORDER BY table_name, ordinal_position").fetchall()
+    finally:
+        con.close()
+    out: dict[str, list[str]] = {}
+    for table, column in rows:
+        out.setdefault(table, []).append(column)
+    return out
+
+
+def _check_schema(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """Refuse, before anything is written, a file that holds another schema."""
+    rows = con.execute("SELECT table_name, column_name FROM information_schema.columns "
+                       "WHERE table_schema = 'main' ORDER BY table_name, ordinal_position").fetchall()
+    if not rows:
+        return  # a new, empty file
+    have: dict[str, list[str]] = {}
+    for table, column in rows:
+        have.setdefault(table, []).append(column)
+    expected = _expected_columns()
+    ours = [t for t in expected if t in have]
+    fix = "point the store at a new file (StoreResource.path / --runs-dir) or move this one aside"
+    if not ours:
+        raise ForeignStoreError(
+            f"{path} is a DuckDB file of another schema (tables: {', '.join(sorted(have)[:8])}) and holds none "
+            f"of flywheel's tables; nothing was written to it: {fix}.")
+    for table in ours:
+        if have[table] != expected[table]:
+            raise ForeignStoreError(
+                f"{path}: table {table!r} has columns {have[table]}, flywheel expects {expected[table]} (another "
+                f"schema or version); nothing was written to it: {fix}.")
+
+
 def _where(scope: dict[str, Any]) -> str:
     """`col = ? AND ...` for a column scope (TRUE when empty); values go as parameters."""
     return " AND ".join(f"{k} = ?" for k in scope) or "TRUE"
@@ -111,6 +189,7 @@ class Store:
         self.lock_timeout_s = lock_timeout_s
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.connect() as con:
+            _check_schema(con, self.path)
             con.execute(SCHEMA)
 
     @contextmanager
@@ -122,8 +201,14 @@ class Store:
                 con = duckdb.connect(str(self.path))
                 break
             except duckdb.IOException as exc:  # another process holds the write lock
-                if not _is_lock_error(exc) or time.monotonic() > deadline:
+                if not _is_lock_error(exc):
                     raise
+                if time.monotonic() > deadline:
+                    raise StoreBusyError(
+                        f"The store {self.path} stayed locked for {self.lock_timeout_s:.0f} s by "
+                        f"{_lock_holder(str(exc))}. Close that connection (a notebook or `duckdb` shell left "
+                        "open?) or stop that process, then re-run."
+                    ) from None
                 time.sleep(delay + random.random() * delay)
                 delay = min(delay * 2, 2.0)
         try:
@@ -178,14 +263,15 @@ class Store:
         for tr in trajs:
             tid = tr.traj_id
             traj_rows.append(
-                (tid, tr.benchmark, tr.split, tr.iteration, tr.source, tr.task_id, tr.sample, tr.goal,
-                 tr.success, float(tr.reward), len(tr.steps), tr.status, tr.error,
+                (tid, tr.benchmark, tr.split, tr.iteration, tr.source, tr.task_id, tr.sample, _text(tr.goal),
+                 tr.success, float(tr.reward), len(tr.steps), tr.status, _text(tr.error),
                  sum(s.prompt_tokens for s in tr.steps), sum(s.completion_tokens for s in tr.steps),
                  tr.model_id, now)
             )
             for t, s in enumerate(tr.steps):
                 step_rows.append(
-                    (tid, t, s.observation, s.elaborate, s.plan, s.action, s.next_observation,
+                    (tid, t, _text(s.observation), _text(s.elaborate), _text(s.plan), _text(s.action),
+                     _text(s.next_observation),
                      float(s.reward), s.done, s.invalid, s.prompt_tokens, s.completion_tokens)
                 )
         traj_schema = {

@@ -13,6 +13,7 @@ import functools
 import hashlib
 import importlib.util
 import json
+import lzma
 import os
 import re
 import shutil
@@ -98,7 +99,30 @@ def _lock(path: Path) -> Iterator[None]:
 
 
 def _unpack_into(archive: Path, out: Path) -> None:
-    """Extract game files, write traj_data + logic + index, all under `out`."""
+    """Extract game files, write traj_data + logic + index, all under `out`.
+
+    A truncated, empty or otherwise damaged archive is a MissingDataError naming it and the fix.
+    """
+    try:
+        index = _extract_games(archive, out)
+    except (tarfile.TarError, lzma.LZMAError, EOFError, ValueError) as exc:
+        raise MissingDataError(
+            f"The ALFWorld archive {archive} is damaged or truncated ({type(exc).__name__}: {exc}; "
+            f"{archive.stat().st_size:,} bytes). {_ARCHIVE_FIX}"
+        ) from None
+    if not any(index.values()):
+        raise MissingDataError(f"The ALFWorld archive {archive} holds no playable {GAME_FILE} games. {_ARCHIVE_FIX}")
+    copy_logic(out / "logic")
+    (out / INDEX_FILE).write_text(json.dumps(index))
+
+
+_ARCHIVE_FIX = (
+    "Copy a complete json_2.1.1_tw-pddl.tar.xz from the project's shared data over it (or set FLYWHEEL_DATA_DIR), "
+    f"or fetch the official games with `alfworld-download` and set {ENV_VAR} to the folder holding json_2.1.1/."
+)
+
+
+def _extract_games(archive: Path, out: Path) -> dict[str, dict[str, Any]]:
     index: dict[str, dict[str, Any]] = {split: {} for split in SPLIT_FOLDERS}
     with tarfile.open(archive, "r:xz") as tar:
         for member in tar:
@@ -115,8 +139,7 @@ def _unpack_into(archive: Path, out: Path) -> None:
             (target.parent / TRAJ_FILE).write_text(json.dumps(traj_data(folder, trial)))
             if playable(folder, game := json.loads(raw)):
                 index.setdefault(split, {})[f"{folder}/{trial}"] = _index_entry(game)
-    copy_logic(out / "logic")
-    (out / INDEX_FILE).write_text(json.dumps(index))
+    return index
 
 
 def copy_logic(logic_dir: Path) -> None:
@@ -168,21 +191,47 @@ def _index_entry(game: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_index(root: Path) -> dict[str, dict[str, Any]]:
-    """split folder -> game id -> {goal, walkthrough}; built once for foreign folders."""
-    return _load_index(str(root.resolve()))
+    """split folder -> game id -> {goal, walkthrough}; built once per content for foreign folders.
+
+    A folder unpacked here carries its own index. For any other folder the index is cached
+    under a key of its content (each split folder's entry count and mtime), so games copied
+    in later are seen; a folder with no playable game is a MissingDataError naming the fix.
+    """
+    resolved = root.resolve()
+    own = resolved / INDEX_FILE
+    return _load_index(str(resolved), "own" if own.exists() else _content_key(resolved))
 
 
-@functools.lru_cache(maxsize=4)
-def _load_index(resolved: str) -> dict[str, dict[str, Any]]:
+def _content_key(root: Path) -> str:
+    """Cheap fingerprint of a game folder: per split folder, its entry count and mtime (a few stats)."""
+    parts = []
+    for split in SPLIT_FOLDERS:
+        folder = root / JSON_DIR / split
+        try:
+            parts.append(f"{split}:{len(os.listdir(folder))}:{folder.stat().st_mtime_ns}")
+        except OSError:
+            parts.append(f"{split}:-")
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=8)
+def _load_index(resolved: str, key: str) -> dict[str, dict[str, Any]]:
     root = Path(resolved)
     own = root / INDEX_FILE
-    if own.exists():
+    if key == "own" and own.exists():
         return json.loads(own.read_text())
-    digest = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:12]
+    digest = hashlib.sha1(f"{resolved}|{key}".encode()).hexdigest()[:12]
     cached = cache_dir() / f"alfworld_index_{digest}.json"
     if cached.exists():
         return json.loads(cached.read_text())
     index = {split: _scan_split(root / JSON_DIR / split) for split in SPLIT_FOLDERS}
+    if not any(index.values()):
+        raise MissingDataError(
+            f"{root / JSON_DIR} holds no playable ALFWorld game (expected <split>/<task>/<trial>/{GAME_FILE} "
+            f"under {', '.join(SPLIT_FOLDERS)}). Copy the games there (`alfworld-download` writes them to "
+            f"~/.cache/alfworld), point {ENV_VAR} at a folder that holds them, or unset {ENV_VAR} to use the "
+            "project's shared archive."
+        )
     tmp = cached.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(index))
     os.replace(tmp, cached)

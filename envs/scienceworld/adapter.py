@@ -309,6 +309,8 @@ class ScienceWorldEnv:
         if self._task is None:
             raise RuntimeError("Call reset(task) before step()")
         action = "" if action is None else str(action)
+        if not action.isascii():  # lone surrogates (undecodable model bytes) cannot cross py4j: "?" instead
+            action = action.encode("utf-8", "replace").decode("utf-8")
         if " ".join(action.lower().split()) in BLOCKED_COMMANDS:
             # Engine meta-commands would restart or end the episode from inside it.
             self._steps += 1

@@ -20,11 +20,12 @@ from pathlib import Path
 
 import dagster as dg
 
+from flywheel.assets._checkpoints import new_checkpoint_id, reusable_checkpoint
 from flywheel.assets.curriculum import CurriculumResource, synthetic_curriculum
 from flywheel.curriculum.order import assign_buckets, grade
 from flywheel.curriculum.tables import write_training_order
 from flywheel.partitions import by_benchmark, flywheel_partitions, keys_of
-from flywheel.policy.training import sft_examples, train_sft
+from flywheel.policy.training import sft_examples, train_sft, training_fingerprint
 from flywheel.resources import EnvResource, PolicyResource, StoreResource
 from flywheel.store import Store
 from flywheel.trajectory import Trajectory
@@ -75,12 +76,23 @@ def sft_checkpoint(
     write_training_order(db, benchmark, k, ordered, mode=mode)
     examples = sft_examples(trajs, lambda _t: instructions, history_window=cfg.history_window,
                             max_observation_chars=cfg.max_observation_chars)
-    out = Path(policy.checkpoints_dir) / benchmark / f"k{k}"
+    fingerprint = training_fingerprint(policy.base_model_path, examples, cfg)
+    if (reused := reusable_checkpoint(db, benchmark, k, fingerprint)) is not None:
+        context.log.info(f"sft_checkpoint {benchmark}|{k}: reusing {reused['checkpoint_id']} at {reused['path']} "
+                         "(same base model, training data and config; e.g. a re-run after a kill)")
+        return dg.MaterializeResult(metadata={
+            "checkpoint_id": reused["checkpoint_id"], "path": dg.MetadataValue.path(reused["path"]),
+            "reused": True, "train_loss": reused["train_loss"], "examples": reused["n_examples"],
+            "trajectories": len(trajs), "fingerprint": fingerprint,
+        })
+    # One directory per checkpoint id, published atomically: a recorded checkpoint is never overwritten.
+    checkpoint_id = new_checkpoint_id(benchmark, k)
+    out = Path(policy.checkpoints_dir) / benchmark / checkpoint_id
     started = time.monotonic()
     result = train_sft(policy.base_model_path, examples, out, cfg, progress=context.log.info)
-    checkpoint_id = f"{benchmark}-k{k}-{int(time.time())}"
-    lineage = {"base_model": policy.base_model_path, "iteration": k, "dataset": counts,
-               "gated_iterations": list(range(k)), "examples": result.n_examples}
+    lineage = {"fingerprint": fingerprint, "base_model": policy.base_model_path, "iteration": k, "dataset": counts,
+               "gated_iterations": list(range(k)), "examples": result.n_examples, "train_steps": result.steps,
+               "batch_size": cfg.batch_size, "train_seconds": round(time.monotonic() - started, 1)}
     db.record_checkpoint({
         "checkpoint_id": checkpoint_id, "benchmark": benchmark, "iteration": k, "path": result.path,
         "base_model": policy.base_model_path, "n_examples": result.n_examples, "n_trajectories": len(trajs),
@@ -103,4 +115,6 @@ def sft_checkpoint(
             if k else "iteration 0: seeds and curriculum only"
         ),
         "train_seconds": round(time.monotonic() - started, 1),
+        "reused": False,
+        "fingerprint": fingerprint,
     })

@@ -157,7 +157,8 @@ class TransformersGenerator:
 class OpenAICompatibleGenerator:
     """Any OpenAI-compatible server (vLLM's `api_server`, a hosted model): the GPU seam.
 
-    Requests are sent concurrently; the server does the batching.
+    Requests are sent concurrently; the server does the batching. The key is masked in
+    everything the server sends back (answers, error bodies) before it reaches the store or a log.
     """
 
     def __init__(self, *, base_url: str, model: str, api_key: str = "EMPTY", concurrency: int = 16) -> None:
@@ -165,18 +166,24 @@ class OpenAICompatibleGenerator:
 
         self.client = OpenAI(base_url=base_url, api_key=api_key)
         self.model = model
-        self.model_id = f"{base_url}#{model}"
+        from flywheel.redaction import Redactor
+
+        self.redact = Redactor([api_key])
+        self.model_id = self.redact(f"{base_url}#{model}")
         self.concurrency = concurrency
 
     def generate(
         self, prompts: list[list[Message]], *, temperature: float, max_new_tokens: int, seed: int | None = None
     ) -> list[Generation]:
         def one(messages: list[Message]) -> Generation:
-            resp = self.client.chat.completions.create(
-                model=self.model, messages=messages, temperature=temperature,
-                max_tokens=max_new_tokens, seed=seed,
-            )
-            text = cut_after_action(resp.choices[0].message.content or "")
+            try:
+                resp = self.client.chat.completions.create(
+                    model=self.model, messages=messages, temperature=temperature,
+                    max_tokens=max_new_tokens, seed=seed,
+                )
+            except Exception as exc:  # noqa: BLE001 - its message may echo the key: re-raised redacted
+                raise RuntimeError(f"policy endpoint failed: {self.redact.exception(exc)}") from None
+            text = self.redact(cut_after_action(resp.choices[0].message.content or ""))
             usage = resp.usage
             return Generation(
                 text=text,

@@ -8,6 +8,7 @@ counted, never truncated (truncation would cut the answer the loss is on).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import shutil
@@ -80,6 +81,13 @@ def sft_examples(
     return rows
 
 
+def training_fingerprint(base_model: str | Path, examples: list[dict], cfg: TrainConfig) -> str:
+    """Identity of a training job: same base model, examples (in order) and config -> same fingerprint."""
+    payload = json.dumps({"base_model": str(base_model), "config": asdict(cfg),
+                          "examples": [[r["prompt"], r["completion"]] for r in examples]}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def _fits(tokenizer, row: dict, max_length: int) -> bool:
     text = tokenizer.apply_chat_template(row["prompt"] + row["completion"], tokenize=False)
     return len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= max_length
@@ -93,7 +101,12 @@ def train_sft(
     *,
     progress: Callable[[str], None] = log.info,
 ) -> TrainResult:
-    """Fine-tune `base_model` on `examples`; write a plain HF checkpoint to `out_dir` atomically."""
+    """Fine-tune `base_model` on `examples`; publish a plain HF checkpoint at `out_dir` atomically.
+
+    `out_dir` must not exist (one directory per checkpoint id): the model is written into
+    `<out_dir>.partial` and renamed into place, so `out_dir` is either absent or complete, and
+    nothing here ever deletes a published checkpoint.
+    """
     import torch
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
@@ -113,8 +126,11 @@ def train_sft(
         raise ValueError(f"every example is longer than max_length={cfg.max_length}")
 
     out = Path(out_dir)
+    if out.exists():
+        raise FileExistsError(f"checkpoint directory {out} already exists: checkpoints are never overwritten; "
+                              "train into a new directory (one per checkpoint id)")
     work = out.with_name(out.name + ".partial")
-    shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)  # left by a killed attempt at this same, unpublished checkpoint
     dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in kept])
     args = SFTConfig(
         output_dir=str(work / "trainer"),
@@ -154,8 +170,7 @@ def train_sft(
     tok.padding_side = "left"
     tok.save_pretrained(work / "model")
     (work / "model" / "training.json").write_text(json.dumps({"config": asdict(cfg), "n_examples": len(kept)}))
-    shutil.rmtree(out, ignore_errors=True)
-    (work / "model").rename(out)
+    (work / "model").rename(out)  # atomic publish: `out` did not exist
     shutil.rmtree(work, ignore_errors=True)
     return TrainResult(
         path=str(out), n_examples=len(kept), n_dropped=dropped,

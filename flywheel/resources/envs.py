@@ -4,7 +4,7 @@ import dagster as dg
 
 from envs import configure_spec, get_benchmark
 from envs.base import BenchmarkSpec, Env, Task
-from flywheel.validation import check_benchmark, check_benchmarks, check_data
+from flywheel.validation import check_benchmark, check_benchmarks, check_data, check_options
 
 
 class EnvResource(dg.ConfigurableResource):
@@ -24,6 +24,8 @@ class EnvResource(dg.ConfigurableResource):
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """Fail the run at its first step, naming the fix, on unknown benchmarks or missing data."""
+        check_options({"train_limit": self.train_limit, "eval_limit": self.eval_limit, "max_steps": self.max_steps},
+                      where="envs.")
         check_benchmarks(self.task_types, where="envs.task_types")
         check_benchmarks(self.env_options, where="envs.env_options")
         check_benchmarks(self.spec_options, where="envs.spec_options")

@@ -4,7 +4,7 @@ from flywheel.policy.inference import Generator, OpenAICompatibleGenerator, Tran
 from flywheel.policy.training import TrainConfig
 from flywheel.rollout import RolloutConfig
 from flywheel.settings import default_base_model, runs_dir
-from flywheel.validation import check_model_path, check_positive
+from flywheel.validation import BOUNDS, check_model_path, check_options
 
 
 class PolicyResource(dg.ConfigurableResource):
@@ -32,7 +32,7 @@ class PolicyResource(dg.ConfigurableResource):
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """Fail fast, naming the fix, when the base model is missing and this run trains."""
-        check_positive(self.samples_per_task, "policy.samples_per_task")
+        check_options({k: getattr(self, k) for k in (*BOUNDS, "dtype") if hasattr(self, k)}, where="policy.")
         run = context.dagster_run
         selection = run.asset_selection if run is not None else None
         if selection is None or dg.AssetKey("sft_checkpoint") in selection:

@@ -1,7 +1,11 @@
 """Any OpenAI-compatible chat endpoint as a teacher, with retries and a response cache.
 
 The cache (in the DuckDB store) is keyed by model + request, so a re-run after a
-failure never pays twice for an answer already received.
+failure never pays twice for an answer already received. Only answers that parsed into
+what the stage needs are cached: an unusable answer (null, prose, malformed JSON, a
+huge body) is asked again, and after the retry limit the stage fails showing the
+answer's first characters. Every text from the endpoint passes through a `Redactor`
+that masks the configured key itself, whatever its shape.
 """
 
 from __future__ import annotations
@@ -12,12 +16,15 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
+from flywheel.redaction import Redactor, preview
 from flywheel.teacher.base import Annotation, TeacherError
 from flywheel.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+MAX_ANSWER_CHARS = 1_000_000  # a longer answer is unusable: never parsed, never cached
 
 ANNOTATE_INSTRUCTIONS = """You annotate an expert agent's successful trajectory for training.
 For EVERY step, write:
@@ -75,32 +82,47 @@ class OpenAITeacher:
         self.backoff_s = backoff_s
         self.temperature = temperature
         self.sleep = sleep
+        self.redact = Redactor([api_key])
 
-    def chat(self, messages: list[dict[str, str]]) -> str:
-        """One completion, from the cache when this exact request was answered before."""
+    def chat(self, messages: list[dict[str, str]], parse: Callable[[str], T] = lambda text: text) -> T:
+        """One completion parsed by `parse`, from the cache when this exact request was answered before.
+
+        An answer is cached only once `parse` accepted it (raised no TeacherError); an unusable
+        answer counts as a failed attempt and is asked again, like a 5xx.
+        """
         key = hashlib.sha256(json.dumps([self.model, self.temperature, messages]).encode()).hexdigest()
         if self.cache is not None and (hit := self.cache.cache_get(key)) is not None:
-            return hit
-        last: Exception | None = None
+            try:
+                return parse(hit)
+            except TeacherError:  # cached by an older version before parsing: ask again
+                log.warning("teacher: a cached answer did not parse; asking again")
+        last: str = ""
         for attempt in range(self.max_retries + 1):
             try:
                 resp = self.client.chat.completions.create(
                     model=self.model, messages=messages, temperature=self.temperature
                 )
-                text = resp.choices[0].message.content or ""
+                text = self.redact(_content(resp))
+                if len(text) > MAX_ANSWER_CHARS:
+                    raise TeacherError(f"answer too long ({len(text)} chars > {MAX_ANSWER_CHARS}): {preview(text, self.redact)}")
+                value = parse(text)
                 if self.cache is not None:
                     self.cache.cache_put(key, self.model, text)
-                return text
+                return value
+            except TeacherError as exc:  # the endpoint answered, but nothing usable: ask again
+                last = f"unusable answer: {self.redact(str(exc))}"
+                retry = True
             except Exception as exc:  # noqa: BLE001 - classify, then retry or raise
-                last = exc
-                if not _retryable(exc) or attempt == self.max_retries:
-                    break
-                delay = self.backoff_s * (2**attempt)
-                log.warning("teacher call failed (%s); retry %d in %.1fs", type(exc).__name__, attempt + 1, delay)
-                self.sleep(delay)
+                last = self.redact.exception(exc)
+                retry = _retryable(exc)
+            if not retry or attempt == self.max_retries:
+                break
+            delay = self.backoff_s * (2**attempt)
+            log.warning("teacher call failed (%s); retry %d in %.1fs", last[:200], attempt + 1, delay)
+            self.sleep(delay)
         raise TeacherError(
-            f"teacher endpoint failed after {self.max_retries + 1} attempt(s): "
-            f"{type(last).__name__}: {_redact(str(last))}. Answers already received stay cached."
+            f"teacher endpoint failed after {attempt + 1} attempt(s): {last}. "
+            "Answers already received stay cached."
         ) from None
 
     def annotate(self, traj: Trajectory, instructions: str) -> list[Annotation]:
@@ -109,8 +131,7 @@ class OpenAITeacher:
         for t, s in enumerate(traj.steps, 1):
             lines.append(f"Step {t}: action = {s.action!r}; observation after it = {s.next_observation[:600]!r}")
         messages = [{"role": "system", "content": ANNOTATE_INSTRUCTIONS}, {"role": "user", "content": "\n".join(lines)}]
-        text = self.chat(messages)
-        return parse_annotations(text, expected=len(traj.steps))
+        return self.chat(messages, lambda text: parse_annotations(text, expected=len(traj.steps), redact=self.redact))
 
     def propose_tasks(
         self,
@@ -134,7 +155,27 @@ class OpenAITeacher:
             f"N = {n}",
         ])
         messages = [{"role": "system", "content": PROPOSE_INSTRUCTIONS}, {"role": "user", "content": user}]
-        return parse_proposals(self.chat(messages))[: max(n, 0)]
+        return self.chat(messages, lambda text: _proposals_or_fail(text, self.redact))[: max(n, 0)]
+
+
+def _content(resp: Any) -> str:
+    """The answer's text; a response without one (null content, no choices) is unusable."""
+    try:
+        text = resp.choices[0].message.content
+    except (AttributeError, IndexError, TypeError):
+        text = None
+    if not isinstance(text, str) or not text.strip():
+        raise TeacherError(f"no answer text in the response (content: {str(text)[:40]!r})")
+    return text
+
+
+def _proposals_or_fail(text: str, redact: Redactor) -> list[Any]:
+    """Proposals for the curriculum stage: an answer without any task list is unusable (asked again);
+    bad items inside a list are rejected later, one by one."""
+    items = parse_proposals(text)
+    if len(items) == 1 and isinstance(items[0], dict) and "_unparsable" in items[0]:
+        raise TeacherError(f"{items[0]['_error']}: {preview(text, redact)}")
+    return items
 
 
 def parse_proposals(text: str) -> list[Any]:
@@ -154,20 +195,17 @@ def parse_proposals(text: str) -> list[Any]:
     return items
 
 
-def parse_annotations(text: str, *, expected: int) -> list[Annotation]:
+def parse_annotations(text: str, *, expected: int, redact: Redactor | None = None) -> list[Annotation]:
     """Parse the teacher's JSON (tolerating code fences); malformed -> TeacherError."""
+    redact = redact or Redactor()
     match = re.search(r"\{.*\}", text, re.DOTALL)
     try:
         data: Any = json.loads(match.group(0) if match else text)
         items = data["steps"] if isinstance(data, dict) else data
         notes = [Annotation(elaborate=str(i["thought"]).strip(), plan=str(i["plan"]).strip()) for i in items]
     except (ValueError, KeyError, TypeError) as exc:
-        raise TeacherError(f"malformed teacher answer ({exc}): {text[:200]!r}") from None
+        raise TeacherError(f"malformed teacher answer ({redact(str(exc))[:100]}): {preview(text, redact)}") from None
     if len(notes) != expected or any(not n.plan for n in notes):
-        raise TeacherError(f"teacher answered {len(notes)} annotations for {expected} steps (or empty plans)")
+        raise TeacherError(f"teacher answered {len(notes)} annotations for {expected} steps (or empty plans): "
+                           f"{preview(text, redact)}")
     return notes
-
-
-def _redact(text: str) -> str:
-    """Never echo credentials that an error message might contain."""
-    return re.sub(r"(sk-|Bearer\s+)[A-Za-z0-9_\-]{6,}", r"\1***", text)
