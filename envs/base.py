@@ -63,6 +63,9 @@ class BenchmarkSpec(Protocol):
 
     Lives beside the env so adding a benchmark touches its own package plus one
     line in the registry (`envs/__init__.py`).
+
+    Optional attribute: `eval_splits` (default `("seen", "unseen")`), the splits evaluation
+    plays; a benchmark with one test set names one split so it is not played twice.
     """
 
     name: str

@@ -28,7 +28,7 @@ class GateBlocked(StageFailed):
     """A blocking check stopped the flywheel (e.g. nothing passed the reward gate): a result, not a crash."""
 
 
-def _run(job: dg.JobDefinition, key: str, selection: Iterable[str], instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
+def run_stage(job: dg.JobDefinition, key: str, selection: Iterable[str], instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
     result = job.execute_in_process(
         partition_key=key, instance=instance, run_config=QUIET,
         asset_selection=[dg.AssetKey(a) for a in selection], raise_on_error=False,
@@ -67,15 +67,15 @@ def run_flywheel(
     bootstrap = defs.resolve_job_def("bootstrap_job")
     iteration = defs.resolve_job_def("iteration_job")
     log.info("== stage 1/2: expert replay, teacher quaternions, curriculum (%s)", benchmark)
-    _run(bootstrap, benchmark, ["expert_trajectories", "teacher_quaternions", "synthetic_curriculum"], instance)
+    run_stage(bootstrap, benchmark, ["expert_trajectories", "teacher_quaternions", "synthetic_curriculum"], instance)
     for k in range(iterations):
         log.info("== iteration %d: SFT, rollouts, reward gate, evaluation", k)
         selection = ["sft_checkpoint", "rollouts", "gated_dataset"]
         if not evaluate_last_only:
             selection.append("evaluation")
-        _run(iteration, str(partition_key(benchmark, k)), selection, instance)
+        run_stage(iteration, str(partition_key(benchmark, k)), selection, instance)
     log.info("== iteration %d: SFT on seeds + gated successes, evaluation", iterations)
-    _run(iteration, str(partition_key(benchmark, iterations)), ["sft_checkpoint", "evaluation"], instance)
+    run_stage(iteration, str(partition_key(benchmark, iterations)), ["sft_checkpoint", "evaluation"], instance)
 
 
 @dataclass

@@ -68,12 +68,7 @@ class Comparison:
 
 
 def _outcomes(db: Store, benchmark: str, iteration: int, split: str) -> dict[str, bool]:
-    df = db.query(
-        "SELECT task_id, success FROM trajectories WHERE benchmark = ? AND iteration = ? AND split = ? "
-        "AND source = 'policy' AND status = 'ok' AND sample = 0",
-        [benchmark, iteration, split],
-    )
-    return {r["task_id"]: bool(r["success"]) for r in df.iter_rows(named=True)}
+    return {task: ok for task, (ok, _reward) in db.policy_outcomes(benchmark, iteration, split).items()}
 
 
 def compare_iterations(db: Store, benchmark: str, k: int, *, split: str = "seen", level: float = 0.95) -> Comparison:
@@ -126,3 +121,26 @@ def _z_for(level: float) -> float:
     from statistics import NormalDist
 
     return NormalDist().inv_cdf((1 + level) / 2)
+
+
+def mcnemar_exact_p(gained: int, lost: int) -> float:
+    """Two-sided exact McNemar p-value from the discordant pairs (tasks gained vs lost)."""
+    n = gained + lost
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(gained, lost) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def paired_difference(new: dict[str, bool], old: dict[str, bool], *, level: float = 0.95,
+                      n_boot: int = 10000) -> dict[str, Any]:
+    """SR(new) - SR(old) on the tasks both played: paired bootstrap interval, discordant counts,
+    exact McNemar p. `new`/`old` map task -> success."""
+    common = sorted(set(new) & set(old))
+    pairs = [(float(new[t]), float(old[t])) for t in common]
+    d, lo, hi = paired_bootstrap(pairs, n_boot=n_boot, level=level)
+    gained = sum(new[t] and not old[t] for t in common)
+    lost = sum(old[t] and not new[t] for t in common)
+    return {"n": len(common), "delta": d, "ci_low": lo, "ci_high": hi, "gained": gained, "lost": lost,
+            "mcnemar_p": mcnemar_exact_p(gained, lost), "method": "paired bootstrap over tasks",
+            "significant": len(common) > 0 and (lo > 0 or hi < 0)}

@@ -13,10 +13,10 @@ from flywheel.teacher.base import apply_annotations
 
 @dg.asset(partitions_def=benchmark_partitions, group_name="bootstrap", kinds={"duckdb"})
 def expert_trajectories(context: dg.AssetExecutionContext, envs: EnvResource, store: StoreResource) -> dg.MaterializeResult:
-    """Replay each training task's expert path in the real env; keep the ones that succeed."""
+    """Replay each seed task's expert path in the real env; keep the ones that succeed."""
     benchmark = context.partition_key
     spec = envs.spec(benchmark)
-    tasks = envs.tasks(benchmark, "train")
+    tasks = envs.seed_tasks(benchmark)
     db = store.get()
     db.upsert_tasks([{"benchmark": t.benchmark, "split": t.split, "task_id": t.task_id, "goal": t.goal,
                       "max_steps": t.max_steps, "meta": t.meta} for t in tasks])

@@ -1,0 +1,526 @@
+"""Experiments: a named preset (`experiments/NAME.yaml`) run through the same Dagster jobs as the UI,
+resumable after a kill, ending in a report whose every rate has n and a 95% interval.
+
+A preset names one benchmark, K (iterations 0..K), the base model and the fields of the
+project's resources (`envs`, `policy`, `loop`, `curriculum`, `teacher`), plus optional
+`arms`: named overrides of those fields, each run into its own store (one arm = one
+configuration tried; the report shows every arm, not only the best).
+
+Resume: each finished stage (bootstrap, and per k: sft, rollouts+gate, evaluation) is
+recorded in the arm's `progress.json` after its Dagster run succeeded; a re-run skips
+recorded stages, and a stage killed half-way runs again (rollouts then resume from the
+episodes already in DuckDB). The report is rebuilt from the store every time.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import yaml
+
+from flywheel.quality import paired_difference, wilson_interval
+from flywheel.settings import REPO_ROOT, default_base_model
+from flywheel.store import Store
+from flywheel.validation import ConfigurationError
+
+log = logging.getLogger(__name__)
+
+PRESETS_DIR = REPO_ROOT / "experiments"
+RESULTS_DIR = PRESETS_DIR / "results"
+SECTIONS = ("envs", "policy", "loop", "curriculum", "teacher")
+TOP_LEVEL = {"name", "description", "benchmark", "iterations", "model", "policy_backend", "arms", "notes", *SECTIONS}
+
+
+# -- presets ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Preset:
+    """A parsed `experiments/*.yaml`: benchmark, K, model, resource fields, arms."""
+
+    name: str
+    benchmark: str
+    iterations: int
+    model: str = "smollm2"
+    description: str = ""
+    notes: list[str] = field(default_factory=list)
+    sections: dict[str, dict[str, Any]] = field(default_factory=dict)
+    arms: dict[str, dict[str, dict[str, Any]]] = field(default_factory=lambda: {"bpo": {}})
+    source: str = ""
+
+    def arm_sections(self, arm: str) -> dict[str, dict[str, Any]]:
+        """The preset's sections with `arm`'s overrides merged in (one level deep per section)."""
+        merged = copy.deepcopy(self.sections)
+        for section, fields_ in self.arms[arm].items():
+            merged.setdefault(section, {}).update(copy.deepcopy(fields_))
+        return merged
+
+
+def preset_path(name_or_path: str) -> Path:
+    """`cpu-webshop` -> experiments/cpu-webshop.yaml; an existing path is taken as is."""
+    p = Path(name_or_path)
+    if p.suffix in {".yaml", ".yml"} or p.exists():
+        return p
+    return PRESETS_DIR / f"{name_or_path}.yaml"
+
+
+def available_presets() -> list[str]:
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+
+
+def load_preset(name_or_path: str) -> Preset:
+    """Parse and validate a preset; every mistake is a ConfigurationError naming the fix."""
+    path = preset_path(name_or_path)
+    if not path.is_file():
+        raise ConfigurationError(
+            f"no experiment preset {name_or_path!r} (looked for {path}); available: {', '.join(available_presets()) or 'none'}"
+        )
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigurationError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigurationError(f"{path} must be a mapping of fields, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - TOP_LEVEL)
+    if unknown:
+        raise ConfigurationError(f"{path}: unknown field(s) {unknown}; valid: {sorted(TOP_LEVEL)}")
+    for key in ("benchmark", "iterations"):
+        if key not in raw:
+            raise ConfigurationError(f"{path}: missing required field {key!r}")
+    from flywheel.validation import check_benchmark
+
+    check_benchmark(raw["benchmark"], where=f"{path}: benchmark")
+    iterations = raw["iterations"]
+    if not isinstance(iterations, int) or iterations < 0:
+        raise ConfigurationError(f"{path}: iterations (K) must be an integer >= 0, got {iterations!r}")
+    sections = {s: dict(raw.get(s) or {}) for s in SECTIONS if raw.get(s) is not None}
+    arms_raw = raw.get("arms") or {"bpo": {}}
+    if not isinstance(arms_raw, dict) or not arms_raw:
+        raise ConfigurationError(f"{path}: arms must be a non-empty mapping name -> overrides")
+    arms: dict[str, dict[str, dict[str, Any]]] = {}
+    for arm, overrides in arms_raw.items():
+        overrides = overrides or {}
+        bad = sorted(set(overrides) - set(SECTIONS))
+        if bad:
+            raise ConfigurationError(f"{path}: arm {arm!r} overrides unknown section(s) {bad}; valid: {list(SECTIONS)}")
+        arms[str(arm)] = {s: dict(v or {}) for s, v in overrides.items()}
+    preset = Preset(
+        name=str(raw.get("name") or path.stem), benchmark=raw["benchmark"], iterations=iterations,
+        model=str(raw.get("model") or "smollm2"), description=str(raw.get("description") or ""),
+        notes=list(raw.get("notes") or []), sections=sections, arms=arms, source=str(path),
+    )
+    for arm in preset.arms:  # build every arm's resources now: a bad field fails before any work
+        build_resources(preset, arm, Path("/nonexistent-check"), model_path="/nonexistent-check")
+    return preset
+
+
+# -- resources -------------------------------------------------------------------------------
+def _resource_classes() -> dict[str, type[dg.ConfigurableResource]]:
+    from flywheel.assets.curriculum import CurriculumResource
+    from flywheel.resources import EnvResource, LoopResource, TransformersPolicy
+
+    return {"envs": EnvResource, "policy": TransformersPolicy, "loop": LoopResource, "curriculum": CurriculumResource}
+
+
+def _build(cls: type[dg.ConfigurableResource], section: str, fields_: dict[str, Any], where: str) -> dg.ConfigurableResource:
+    valid = set(cls.model_fields)
+    bad = sorted(set(fields_) - valid)
+    if bad:
+        raise ConfigurationError(f"{where}: unknown {section} field(s) {bad}; valid: {sorted(valid)}")
+    try:
+        return cls(**fields_)
+    except Exception as exc:  # pydantic's message names the field and the expected type
+        raise ConfigurationError(f"{where}: invalid {section} settings: {' '.join(str(exc).split())[:500]}") from None
+
+
+def build_resources(preset: Preset, arm: str, arm_dir: Path, *, model_path: str) -> dict[str, dg.ConfigurableResource]:
+    """The resources dict handed to `build_defs` for one arm: its own store and checkpoints."""
+    from flywheel.resources import OpenAITeacherResource, ScriptedTeacherResource, StoreResource
+
+    sections = preset.arm_sections(arm)
+    where = f"experiment {preset.name}, arm {arm}"
+    classes = _resource_classes()
+    out: dict[str, dg.ConfigurableResource] = {"store": StoreResource(path=str(arm_dir / "flywheel.duckdb"))}
+    for section, cls in classes.items():
+        fields_ = dict(sections.get(section, {}))
+        if section == "policy":
+            fields_.setdefault("base_model_path", model_path)
+            fields_.setdefault("checkpoints_dir", str(arm_dir / "checkpoints"))
+        out[section] = _build(cls, section, fields_, where)
+    teacher = dict(sections.get("teacher", {}))
+    if teacher:
+        out["teacher"] = _build(OpenAITeacherResource, "teacher", teacher, where)
+    else:
+        out["teacher"] = ScriptedTeacherResource()
+    return out
+
+
+def resolve_model(model: str, runs: Path) -> str:
+    """`smollm2` -> the prepared SmolLM2 folder; `tiny` -> a tiny random Llama built once under `runs`."""
+    from flywheel.policy.models import build_tiny_model, require_model
+
+    if model == "smollm2":
+        path = default_base_model()
+        require_model(path)
+        return path
+    if model == "tiny":
+        target = runs / "tiny-model"
+        if not (target / "flywheel_model.json").exists():
+            build_tiny_model(target, vocab_size=512)
+        return str(target)
+    require_model(model)
+    return model
+
+
+# -- running ---------------------------------------------------------------------------------
+class Progress:
+    """Finished stages of one arm, written atomically after each stage succeeds."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.data: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"done": {}}
+
+    def done(self, stage: str) -> bool:
+        return stage in self.data["done"]
+
+    def mark(self, stage: str, seconds: float, **extra: Any) -> None:
+        self.data["done"][stage] = {"seconds": round(seconds, 1), "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"), **extra}
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=2))
+        os.replace(tmp, self.path)
+
+
+def stage_plan(benchmark: str, iterations: int) -> list[tuple[str, str | None, list[str]]]:
+    """(stage name, partition key or None for the benchmark partition, asset selection), in order."""
+    from flywheel.partitions import partition_key
+
+    plan: list[tuple[str, str | None, list[str]]] = [
+        ("bootstrap", None, ["expert_trajectories", "teacher_quaternions", "synthetic_curriculum"])]
+    for k in range(iterations + 1):
+        key = str(partition_key(benchmark, k))
+        plan.append((f"sft:{k}", key, ["sft_checkpoint"]))
+        if k < iterations:
+            plan.append((f"rollouts:{k}", key, ["rollouts", "gated_dataset"]))
+        plan.append((f"evaluation:{k}", key, ["evaluation"]))
+    return plan
+
+
+def run_arm(
+    preset: Preset, arm: str, arm_dir: Path, *, instance: dg.DagsterInstance, model_path: str,
+    on_stage: Callable[[str], None] | None = None,
+) -> str | None:
+    """Run the missing stages of one arm; returns why it stopped early (a failed gate), else None."""
+    from flywheel.definitions import build_defs
+    from flywheel.pipeline import GateBlocked, run_stage
+
+    arm_dir.mkdir(parents=True, exist_ok=True)
+    resources = build_resources(preset, arm, arm_dir, model_path=model_path)
+    (arm_dir / "config.json").write_text(json.dumps(
+        {"preset": preset.name, "arm": arm, "benchmark": preset.benchmark, "iterations": preset.iterations,
+         "model": model_path, "sections": preset.arm_sections(arm)}, indent=2, default=str))
+    progress = Progress(arm_dir / "progress.json")
+    defs = build_defs(resources)
+    jobs = {"bootstrap": defs.resolve_job_def("bootstrap_job"), "iteration": defs.resolve_job_def("iteration_job")}
+    store = Store(arm_dir / "flywheel.duckdb")
+    for stage, key, selection in stage_plan(preset.benchmark, preset.iterations):
+        if progress.done(stage):
+            continue
+        if stage.startswith("sft:") and progress.data.get("stopped"):
+            return progress.data["stopped"]
+        log.info("== experiment %s / %s: %s", preset.name, arm, stage)
+        if on_stage:
+            on_stage(stage)
+        started = time.monotonic()
+        job = jobs["bootstrap" if key is None else "iteration"]
+        try:
+            run_stage(job, key or preset.benchmark, selection, instance)
+        except GateBlocked as exc:  # nothing passed the gate: K stops here, a result, not a crash
+            progress.data["stopped"] = str(exc)
+            progress.mark(stage, time.monotonic() - started)
+            return str(exc)
+        extra: dict[str, Any] = {}
+        if stage.startswith("rollouts:"):
+            k = int(stage.split(":")[1])
+            extra["episodes"] = next((r["episodes"] for r in store.rollout_summary(preset.benchmark)
+                                      if r["iteration"] == k), 0)
+        progress.mark(stage, time.monotonic() - started, **extra)
+    return None
+
+
+def run_experiment(
+    preset: Preset, *, runs: Path, results: Path, instance: dg.DagsterInstance, arms: list[str] | None = None,
+) -> dict[str, Any]:
+    """Run (or resume) every arm, then write report.md, results.json and the plots into `results`."""
+    arms = arms or list(preset.arms)
+    unknown = [a for a in arms if a not in preset.arms]
+    if unknown:
+        raise ConfigurationError(f"unknown arm(s) {unknown} in {preset.name}; its arms: {list(preset.arms)}")
+    runs.mkdir(parents=True, exist_ok=True)
+    model_path = resolve_model(preset.model, runs)
+    stopped = {}
+    for arm in arms:
+        why = run_arm(preset, arm, runs / arm, instance=instance, model_path=model_path)
+        if why:
+            stopped[arm] = why
+    return write_report(preset, runs=runs, results=results)
+
+
+# -- results ---------------------------------------------------------------------------------
+def _rate(successes: int, n: int) -> dict[str, Any]:
+    lo, hi = wilson_interval(successes, n)
+    return {"n": n, "successes": successes, "rate": successes / n if n else 0.0, "ci_low": lo, "ci_high": hi}
+
+
+def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[str, Any],
+                splits: tuple[str, ...]) -> dict[str, Any]:
+    """Everything the report shows for one arm, read from its store (and its stage timings)."""
+    done = progress.get("done", {})
+    evals = {(r["iteration"], r["split"]): r for r in store.evaluation_rows(benchmark)}
+    outcomes = {(k, s): store.policy_outcomes(benchmark, k, s) for k in range(iterations + 1) for s in splits}
+    checkpoints = {r["iteration"]: r for r in store.checkpoint_rows(benchmark)}
+    gates = {r["iteration"]: r for r in store.iterations(benchmark).iter_rows(named=True)}
+    rollouts = {r["iteration"]: r for r in store.rollout_summary(benchmark)}
+    seeds = set(store.seed_task_ids(benchmark))
+    per_k: list[dict[str, Any]] = []
+    for k in range(iterations + 1):
+        row: dict[str, Any] = {"k": k, "splits": {}}
+        for s in splits:
+            out = outcomes[(k, s)]
+            if (k, s) not in evals:
+                continue
+            ev = evals[(k, s)]
+            succ = sum(ok for ok, _ in out.values())
+            row["splits"][s] = {**_rate(succ, len(out)), "avg_reward": ev["avg_reward"], "errored": ev["errored"],
+                                "mean_steps": ev["mean_steps"], "invalid_action_rate": ev["invalid_action_rate"],
+                                "prompt_tokens_per_step": ev["prompt_tokens_per_step"]}
+        if k in checkpoints:
+            c = checkpoints[k]
+            sft = done.get(f"sft:{k}", {})
+            secs = sft.get("seconds")
+            examples = int(c["n_examples"] or 0)
+            lineage = json.loads(c["lineage"]) if isinstance(c["lineage"], str) else (c["lineage"] or {})
+            steps, train_s = lineage.get("train_steps"), lineage.get("train_seconds")
+            row["checkpoint"] = {"checkpoint_id": c["checkpoint_id"], "train_loss": c["train_loss"],
+                                 "examples": examples, "trajectories": c["n_trajectories"],
+                                 "sft_stage_seconds": secs, "train_seconds": train_s, "train_steps": steps}
+            if train_s and steps:  # examples seen per second of training (steps x batch)
+                row["checkpoint"]["sft_examples_per_s"] = steps * int(lineage.get("batch_size", 8)) / train_s
+        if k in rollouts:
+            r = rollouts[k]
+            secs = done.get(f"rollouts:{k}", {}).get("seconds")
+            per_task = store.rollout_task_outcomes(benchmark, k)
+            seed_tasks = [t for t in per_task if t in seeds]
+            new_tasks = [t for t in per_task if t not in seeds]
+            row["rollouts"] = {
+                "episodes": r["episodes"], "successes": r["successes"], "errored": r["errored"],
+                "pass_rate": _rate(int(r["successes"]), int(r["episodes"] - r["errored"])),
+                "pass_at_n": _rate(int(r["tasks_solved"]), int(r["tasks"])),
+                "seed_tasks_pass_rate": _rate(sum(per_task[t][1] for t in seed_tasks), sum(per_task[t][0] for t in seed_tasks)),
+                "other_tasks_pass_rate": _rate(sum(per_task[t][1] for t in new_tasks), sum(per_task[t][0] for t in new_tasks)),
+                "seconds": secs, "episodes_per_min": (60 * r["episodes"] / secs) if secs else None,
+            }
+        if k in gates:
+            g = gates[k]
+            gated_tasks = store.gated_task_ids(benchmark, k)
+            row["gate"] = {"candidates": g["candidates"], "new_unique_successes": g["new_unique_successes"],
+                           "gated_total": g["gated_total"], "capped_dropped": g["capped_dropped"],
+                           "distinct_tasks": len(gated_tasks),
+                           "tasks_without_seed": len([t for t in gated_tasks if t not in seeds])}
+        per_k.append(row)
+    evaluated = [k for k in range(iterations + 1) if all((k, s) in evals for s in splits)]
+    comparisons: list[dict[str, Any]] = []
+    pairs = [(k, k - 1) for k in evaluated if k - 1 in evaluated]
+    if evaluated and evaluated[-1] != 0 and 0 in evaluated and (evaluated[-1], 0) not in pairs:
+        pairs.append((evaluated[-1], 0))
+    for new, old in pairs:
+        for s in (*splits, "all") if len(splits) > 1 else splits:
+            if s == "all":
+                a = {f"{sp}/{t}": v[0] for sp in splits for t, v in outcomes[(new, sp)].items()}
+                b = {f"{sp}/{t}": v[0] for sp in splits for t, v in outcomes[(old, sp)].items()}
+            else:
+                a = {t: v[0] for t, v in outcomes[(new, s)].items()}
+                b = {t: v[0] for t, v in outcomes[(old, s)].items()}
+            comparisons.append({"new": new, "old": old, "split": s, **paired_difference(a, b)})
+    return {"per_k": per_k, "comparisons": comparisons, "seed_tasks": len(seeds),
+            "stages": done, "stopped": progress.get("stopped")}
+
+
+def collect_results(preset: Preset, runs: Path) -> dict[str, Any]:
+    from flywheel.resources import EnvResource
+
+    out: dict[str, Any] = {"preset": preset.name, "benchmark": preset.benchmark, "iterations": preset.iterations,
+                           "model": preset.model, "description": preset.description, "arms": {}}
+    for arm in preset.arms:
+        arm_dir = runs / arm
+        db_path = arm_dir / "flywheel.duckdb"
+        if not db_path.exists():
+            out["arms"][arm] = {"status": "not run"}
+            continue
+        sections = preset.arm_sections(arm)
+        splits = EnvResource(**sections.get("envs", {})).eval_splits(preset.benchmark)
+        progress = json.loads((arm_dir / "progress.json").read_text()) if (arm_dir / "progress.json").exists() else {}
+        res = arm_results(Store(db_path), preset.benchmark, preset.iterations, progress, splits)
+        res["config"] = sections
+        res["splits"] = list(splits)
+        out["arms"][arm] = res
+    return out
+
+
+# -- the report ------------------------------------------------------------------------------
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def _ci(r: dict[str, Any]) -> str:
+    return f"{_pct(r['rate'])} [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}] ({r['successes']}/{r['n']})"
+
+
+def _md(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def render_markdown(results: dict[str, Any], preset: Preset) -> str:
+    parts = [f"# Experiment `{preset.name}`: {preset.benchmark}, K={preset.iterations}, model {preset.model}", ""]
+    if preset.description:
+        parts += [preset.description.strip(), ""]
+    parts += ["Success rates in percent with 95% Wilson intervals and (successes/n); greedy evaluation, the same "
+              "tasks for every checkpoint. Differences are paired over tasks: mean difference with a 95% paired "
+              "bootstrap interval (10,000 resamples), tasks gained/lost and the exact McNemar p.", ""]
+    for arm, res in results["arms"].items():
+        parts += [f"## Arm `{arm}`", ""]
+        if res.get("status") == "not run":
+            parts += ["Not run.", ""]
+            continue
+        splits = res["splits"]
+        header = ["k"] + [f"{s} success % [95% CI] (s/n)" for s in splits] + [f"{s} avg reward" for s in splits]
+        rows = []
+        for r in res["per_k"]:
+            if not r["splits"]:
+                continue
+            rows.append([r["k"]] + [_ci(r["splits"][s]) if s in r["splits"] else "-" for s in splits]
+                        + [f"{r['splits'][s]['avg_reward']:.3f}" if s in r["splits"] else "-" for s in splits])
+        parts += [_md(header, rows) if rows else "No checkpoint evaluated yet.", ""]
+        if res["comparisons"]:
+            parts += ["**Differences** (paired over the same tasks):", ""]
+            parts += [_md(["comparison", "split", "n", "delta (pts)", "95% CI (pts)", "gained", "lost", "McNemar p", "excludes 0"],
+                          [[f"k={c['new']} vs k={c['old']}", c["split"], c["n"], f"{100 * c['delta']:+.1f}",
+                            f"[{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}]", c["gained"], c["lost"],
+                            f"{c['mcnemar_p']:.3g}", "yes" if c["significant"] else "no"] for c in res["comparisons"]]), ""]
+        flow = []
+        for r in res["per_k"]:
+            ck, ro, g = r.get("checkpoint", {}), r.get("rollouts"), r.get("gate")
+            flow.append([
+                r["k"], ck.get("examples", "-"), ck.get("trajectories", "-"),
+                f"{ck['train_loss']:.3f}" if ck.get("train_loss") is not None else "-",
+                f"{ck['sft_examples_per_s']:.2f}" if ck.get("sft_examples_per_s") else "-",
+                ro["episodes"] if ro else "-", _ci(ro["pass_rate"]) if ro else "-",
+                _ci(ro["pass_at_n"]) if ro else "-",
+                _ci(ro["seed_tasks_pass_rate"]) if ro and ro["seed_tasks_pass_rate"]["n"] else "-",
+                _ci(ro["other_tasks_pass_rate"]) if ro and ro["other_tasks_pass_rate"]["n"] else "-",
+                f"{ro['episodes_per_min']:.1f}" if ro and ro.get("episodes_per_min") else "-",
+                g["new_unique_successes"] if g else "-", g["distinct_tasks"] if g else "-",
+                g["tasks_without_seed"] if g else "-", g["gated_total"] if g else "-",
+            ])
+        parts += ["**The flywheel per iteration** (SFT of checkpoint k; its rollouts on the training tasks; the gate):", ""]
+        parts += [_md(["k", "SFT examples", "SFT trajectories", "train loss", "SFT examples/s", "rollouts",
+                       "rollout pass rate %", "train pass@n % (tasks)", "seed-task pass %", "non-seed-task pass %",
+                       "episodes/min", "gated new", "gated tasks", "gated tasks w/o seed", "gated total"], flow), ""]
+        parts += [f"Seed tasks (teacher trajectories): {res['seed_tasks']}.", ""]
+        if res.get("stopped"):
+            parts += [f"**Stopped early:** {res['stopped']}", ""]
+        stages = res.get("stages", {})
+        if stages:
+            total = sum(v.get("seconds", 0) for v in stages.values())
+            parts += [f"Stage wall time: {total / 60:.1f} min in all; " + ", ".join(
+                f"{k} {v.get('seconds', 0) / 60:.1f}" for k, v in stages.items()) + " (min).", ""]
+        parts += ["Configuration:", "", "```json", json.dumps(res["config"], indent=1, sort_keys=True), "```", ""]
+    if preset.notes:
+        parts += ["## Notes", ""] + [f"- {n}" for n in preset.notes] + [""]
+    parts += ["Plots: `success_by_k.png`, `gate_by_k.png`, `rollout_pass_by_k.png` beside this file."]
+    return "\n".join(parts)
+
+
+def render_plots(results: dict[str, Any], out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    arms = {a: r for a, r in results["arms"].items() if r.get("status") != "not run"}
+    if not arms:
+        return written
+    fig, ax = plt.subplots(figsize=(7, 4))
+    width = 0.8 / max(1, sum(len(r["splits"]) for r in arms.values()))
+    i = 0
+    for arm, res in arms.items():
+        for s in res["splits"]:
+            ks = [r["k"] for r in res["per_k"] if s in r["splits"]]
+            rates = [100 * r["splits"][s]["rate"] for r in res["per_k"] if s in r["splits"]]
+            lo = [100 * (r["splits"][s]["rate"] - r["splits"][s]["ci_low"]) for r in res["per_k"] if s in r["splits"]]
+            hi = [100 * (r["splits"][s]["ci_high"] - r["splits"][s]["rate"]) for r in res["per_k"] if s in r["splits"]]
+            xs = [k - 0.4 + width * (i + 0.5) for k in ks]
+            ax.errorbar(xs, rates, yerr=[lo, hi], fmt="o-", capsize=4, label=f"{arm} {s}")
+            i += 1
+    ax.set_xlabel("iteration k")
+    ax.set_ylabel("success % (95% Wilson CI)")
+    ax.set_title(f"{results['preset']}: success by iteration")
+    ax.set_xticks(range(results["iterations"] + 1))
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "success_by_k.png", dpi=110)
+    plt.close(fig)
+    written.append("success_by_k.png")
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for arm, res in arms.items():
+        ks = [r["k"] for r in res["per_k"] if r.get("gate")]
+        ax.plot(ks, [r["gate"]["gated_total"] for r in res["per_k"] if r.get("gate")], "o-", label=f"{arm} gated total")
+        ax.plot(ks, [r["gate"]["new_unique_successes"] for r in res["per_k"] if r.get("gate")], "s--",
+                label=f"{arm} new unique successes")
+        ax.plot(ks, [r["gate"]["distinct_tasks"] for r in res["per_k"] if r.get("gate")], "^:", label=f"{arm} gated tasks")
+    ax.set_xlabel("iteration k")
+    ax.set_ylabel("trajectories / tasks")
+    ax.set_title("reward gate by iteration")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "gate_by_k.png", dpi=110)
+    plt.close(fig)
+    written.append("gate_by_k.png")
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for arm, res in arms.items():
+        rows = [r for r in res["per_k"] if r.get("rollouts")]
+        rates = [100 * r["rollouts"]["pass_rate"]["rate"] for r in rows]
+        lo = [100 * (r["rollouts"]["pass_rate"]["rate"] - r["rollouts"]["pass_rate"]["ci_low"]) for r in rows]
+        hi = [100 * (r["rollouts"]["pass_rate"]["ci_high"] - r["rollouts"]["pass_rate"]["rate"]) for r in rows]
+        ax.errorbar([r["k"] for r in rows], rates, yerr=[lo, hi], fmt="o-", capsize=4, label=f"{arm} rollout pass rate")
+    ax.set_xlabel("iteration k")
+    ax.set_ylabel("successful rollouts % (95% CI)")
+    ax.set_title("training rollouts that pass the reward")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "rollout_pass_by_k.png", dpi=110)
+    plt.close(fig)
+    written.append("rollout_pass_by_k.png")
+    return written
+
+
+def write_report(preset: Preset, *, runs: Path, results: Path) -> dict[str, Any]:
+    """Rebuild results.json, report.md and the PNG plots from the arms' stores (never writes a store)."""
+    results.mkdir(parents=True, exist_ok=True)
+    data = collect_results(preset, runs)
+    data["runs_dir"] = str(runs)
+    (results / "results.json").write_text(json.dumps(data, indent=2, default=str))
+    (results / "report.md").write_text(render_markdown(data, preset) + "\n")
+    data["plots"] = render_plots(data, results)
+    return data

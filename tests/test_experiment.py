@@ -1,0 +1,154 @@
+"""`flywheel experiment`: a miniature preset end to end through the CLI, its report checked
+against the DuckDB rows; a SIGKILLed experiment resumes without redoing finished stages."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flywheel.cli import main
+from flywheel.experiment import load_preset, stage_plan
+from flywheel.quality import mcnemar_exact_p, paired_difference
+from flywheel.store import Store
+from flywheel.validation import ConfigurationError
+
+REPO = Path(__file__).resolve().parents[1]
+
+MINI = {
+    "name": "mini-webshop",
+    "benchmark": "webshop",
+    "iterations": 1,
+    "model": "tiny",
+    "description": "tiny model, 3 WebShop goals, K=1",
+    "envs": {"seed_limit": 2, "train_limit": 3, "eval_limit": 3, "max_steps": 3},
+    "policy": {"epochs": 1, "max_new_tokens": 24, "samples_per_task": 2, "parallel_envs": 3, "batch_size": 4,
+               "temperature": 1.0},
+    "curriculum": {"max_proposals": 1},
+    "loop": {"adaptive_sampling": False},
+}
+
+
+def _write(tmp_path: Path, preset: dict) -> Path:
+    path = tmp_path / f"{preset['name']}.yaml"
+    path.write_text(yaml.safe_dump(preset))
+    return path
+
+
+def test_mini_preset_end_to_end_report_matches_store(tmp_path, capsys):
+    preset = _write(tmp_path, MINI)
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    rc = main(["experiment", str(preset), "--runs-dir", str(runs), "--results-dir", str(results)])
+    assert rc == 0
+    assert "success % [95% CI]" in capsys.readouterr().out
+    data = json.loads((results / "results.json").read_text())
+    for png in ("success_by_k.png", "gate_by_k.png", "rollout_pass_by_k.png"):
+        assert (results / png).stat().st_size > 1000
+    arm = data["arms"]["bpo"]
+    assert arm["splits"] == ["unseen"]  # WebShop's one test set is played once
+    db = Store(runs / "bpo" / "flywheel.duckdb")
+    for row in arm["per_k"]:
+        k = row["k"]
+        got = row["splits"]["unseen"]
+        rows = db.query("SELECT success FROM trajectories WHERE benchmark = 'webshop' AND iteration = ? "
+                        "AND split = 'unseen' AND source = 'policy' AND status = 'ok'", [k])
+        assert got["n"] == rows.height == 3
+        assert got["successes"] == int(rows["success"].sum())
+        assert got["ci_low"] <= got["rate"] <= got["ci_high"]
+        ck = db.query("SELECT n_examples FROM checkpoints WHERE benchmark = 'webshop' AND iteration = ?", [k])
+        assert row["checkpoint"]["examples"] == ck["n_examples"][0]
+    r0 = arm["per_k"][0]
+    played = db.query("SELECT count(*) AS n, count(*) FILTER (WHERE success) AS s FROM trajectories "
+                      "WHERE iteration = 0 AND split = 'train' AND source = 'policy'").row(0, named=True)
+    assert r0["rollouts"]["episodes"] == played["n"] == 6  # 3 tasks x 2 samples
+    assert r0["rollouts"]["successes"] == played["s"]
+    gated = db.query("SELECT count(*) AS n FROM gated WHERE benchmark = 'webshop' AND iteration = 0")["n"][0]
+    assert r0["gate"]["new_unique_successes"] == gated
+    assert arm["seed_tasks"] == 2  # seeds come from the first seed_limit train tasks only
+    (cmp_,) = [c for c in arm["comparisons"] if c["new"] == 1 and c["old"] == 0]
+    assert cmp_["n"] == 3
+    report = (results / "report.md").read_text()
+    assert "k=1 vs k=0" in report and "(successes/n)" in report
+    # The report is rebuilt from the store alone, identically, and without writing to it.
+    before = (runs / "bpo" / "flywheel.duckdb").stat().st_mtime
+    assert main(["experiment", str(preset), "--runs-dir", str(runs), "--results-dir", str(tmp_path / "r2"),
+                 "--report-only"]) == 0
+    assert json.loads((tmp_path / "r2" / "results.json").read_text())["arms"] == data["arms"]
+    assert (runs / "bpo" / "flywheel.duckdb").stat().st_mtime == before
+
+
+def test_killed_experiment_resumes_without_redoing_stages(tmp_path):
+    preset = _write(tmp_path, {**MINI, "name": "mini-kill"})
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    cmd = [sys.executable, "-m", "flywheel.cli", "experiment", str(preset), "--runs-dir", str(runs),
+           "--results-dir", str(results)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("DAGSTER_HOME", None)
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    progress = runs / "bpo" / "progress.json"
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline:
+            if progress.exists() and "sft:0" in json.loads(progress.read_text())["done"]:
+                break
+            assert proc.poll() is None, "the experiment ended before it could be killed"
+            time.sleep(0.2)
+        else:
+            pytest.fail("sft:0 never finished")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    done_before = json.loads(progress.read_text())["done"]
+    assert "evaluation:1" not in done_before
+    db = Store(runs / "bpo" / "flywheel.duckdb")
+    ckpt0 = db.query("SELECT checkpoint_id FROM checkpoints WHERE iteration = 0")["checkpoint_id"].to_list()
+    assert len(ckpt0) == 1
+    assert subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, timeout=600).returncode == 0
+    done_after = json.loads(progress.read_text())["done"]
+    assert set(done_after) == {s for s, _, _ in stage_plan("webshop", 1)}
+    for stage, info in done_before.items():  # finished stages were not run again
+        assert done_after[stage] == info
+    assert db.query("SELECT checkpoint_id FROM checkpoints WHERE iteration = 0")["checkpoint_id"].to_list() == ckpt0
+    dup = db.query("SELECT task_id, sample, count(*) AS n FROM trajectories WHERE source = 'policy' "
+                   "AND split = 'train' AND iteration = 0 GROUP BY 1, 2 HAVING count(*) > 1")
+    assert dup.is_empty()
+    assert (results / "report.md").exists()
+
+
+def test_preset_errors_name_the_fix(tmp_path):
+    with pytest.raises(ConfigurationError, match="available: .*cpu-webshop"):
+        load_preset("no-such-preset")
+    bad = _write(tmp_path, {**MINI, "name": "bad", "policy": {"learning_rat": 1e-4}})
+    with pytest.raises(ConfigurationError, match="unknown policy field.*learning_rat"):
+        load_preset(str(bad))
+    bad = _write(tmp_path, {**MINI, "name": "bad2", "arms": {"x": {"polcy": {}}}})
+    with pytest.raises(ConfigurationError, match="arm 'x' overrides unknown section"):
+        load_preset(str(bad))
+    bad = _write(tmp_path, {**MINI, "name": "bad3", "benchmark": "webshp"})
+    with pytest.raises(ConfigurationError, match="webshp"):
+        load_preset(str(bad))
+    assert main(["experiment", str(bad)]) == 2
+
+
+@pytest.mark.parametrize("name", ["cpu-scienceworld", "cpu-webshop", "gpu-8b"])
+def test_shipped_presets_parse(name):
+    preset = load_preset(name)
+    assert preset.iterations >= 2 and preset.arms
+
+
+def test_paired_difference_and_mcnemar():
+    new = {f"t{i}": i < 30 for i in range(100)}
+    old = {f"t{i}": i < 10 for i in range(100)}
+    d = paired_difference(new, old, n_boot=2000)
+    assert d["n"] == 100 and d["gained"] == 20 and d["lost"] == 0
+    assert abs(d["delta"] - 0.2) < 1e-9 and 0 < d["ci_low"] < 0.2 < d["ci_high"] and d["significant"]
+    assert mcnemar_exact_p(20, 0) == pytest.approx(2 * 0.5**20)
+    assert mcnemar_exact_p(3, 3) == 1.0
+    same = paired_difference(old, old, n_boot=200)
+    assert same["delta"] == 0 and not same["significant"]
