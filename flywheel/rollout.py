@@ -228,6 +228,9 @@ def run_rollouts(
             for slot, gen, resp, action, fut in zip(live, gens, parsed, actions, futures, strict=True):
                 ep = slot.episode
                 assert ep is not None
+                if gen.error:  # no answer even after the policy server's restarts: errored, as env crashes are
+                    finish(slot, "errored", f"generation failed: {gen.error}")
+                    continue
                 obs_before = ep.history[-1].observation if ep.history else ep.initial_observation
                 if fut is None:
                     res: StepResult | EnvError = StepResult(INVALID_FORMAT_OBSERVATION, 0.0, False, False, {"invalid": True})

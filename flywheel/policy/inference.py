@@ -21,6 +21,8 @@ class Generation:
     text: str
     prompt_tokens: int
     completion_tokens: int
+    # Set when no answer could be had (e.g. the policy server stayed down): the episode is errored.
+    error: str = ""
 
 
 class Generator(Protocol):

