@@ -8,7 +8,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class StubServer:
-    """`script` is a list of (status, content) answered in order; the last one repeats."""
+    """`script` is a list of (status, content) answered in order; the last one repeats.
+
+    A 200 with content None answers `"content": null`."""
 
     def __init__(self, script: list[tuple[int, str]]) -> None:
         self.script = list(script)

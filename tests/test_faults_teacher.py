@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import dagster as dg
+import pytest
 from dagster._serdes import serialize_value
 
 from flywheel.definitions import build_defs
@@ -98,3 +99,33 @@ def test_teacher_asset_fails_clearly_keeps_paid_answers_and_never_leaks_the_key(
             assert SECRET not in serialize_value(instance.all_logs(result.run_id))
     out, err = capfd.readouterr()
     assert SECRET not in out + err + caplog.text
+
+
+def test_unusable_answers_are_never_cached_but_asked_again(tmp_path):
+    """A 200 with null content, prose, or a 5 MB body is not cached: it is asked again, and after the
+    retry limit the error shows the answer's first characters (redacted); a later run asks anew."""
+    from flywheel.teacher import OpenAITeacher, TeacherError
+    from tests.test_store import make_traj
+
+    db = Store(tmp_path / "fw.duckdb")
+    key = "k3y-with-no-known-shape-77"
+    junk = [(200, None), (200, f"Sure! Here are your annotations, {key}."), (200, "x" * 5_000_000)]
+    with StubServer(junk) as bad:
+        teacher = OpenAITeacher(base_url=bad.base_url, model="m", api_key=key, cache=db, max_retries=2, sleep=lambda s: None)
+        with pytest.raises(TeacherError) as err:
+            teacher.annotate(make_traj(n=2), "instr")
+    assert len(bad.requests) == 3 and db.query("SELECT count(*) FROM teacher_cache").item() == 0
+    msg = str(err.value)
+    assert "after 3 attempt(s)" in msg and "unusable answer" in msg and "'xxxxxxxx" in msg and "5000000 chars" in msg
+    assert key not in msg
+    with StubServer([(200, "I cannot do JSON today"), (200, answer(2))]) as flaky:
+        teacher = OpenAITeacher(base_url=flaky.base_url, model="m", api_key=key, cache=db, max_retries=2, sleep=lambda s: None)
+        notes = teacher.annotate(make_traj(n=2), "instr")
+        assert [n.plan for n in notes] == ["plan 0", "plan 1"] and len(flaky.requests) == 2  # asked again, not cached junk
+        assert [r for (r,) in db.query("SELECT response FROM teacher_cache").rows()] == [answer(2)]
+        assert teacher.annotate(make_traj(n=2), "instr") == notes and len(flaky.requests) == 2  # now from the cache
+    with StubServer([(200, "no tasks here")]) as prose:  # the curriculum stage needs a task list
+        teacher = OpenAITeacher(base_url=prose.base_url, model="m", api_key=key, cache=db, max_retries=1, sleep=lambda s: None)
+        with pytest.raises(TeacherError, match="no tasks here"):
+            teacher.propose_tasks(benchmark=BENCH, instructions="i", schema="s", seeds=[], candidates=[], n=2)
+    assert db.query("SELECT count(*) FROM teacher_cache").item() == 1
