@@ -25,7 +25,10 @@ SCRIPTS = {
     "orchestration": [],
     "webshop_speed": [],
     "alfworld_speed": [],
+    "vllm_rollouts": [],
 }
+# Scripts that need something `make install` does not build: skipped, naming the fix, when it is missing.
+REQUIRES = {"vllm_rollouts": (HERE.parent / ".venv-vllm" / "bin" / "python", "run `make vllm` first")}
 
 
 def headline(name: str, data: dict) -> list:
@@ -68,6 +71,12 @@ def headline(name: str, data: dict) -> list:
         s = data.get("speedup_at_8", {})
         return ["batched rollouts (8 envs) vs sequential", ", ".join(f"{k}: {v:.2f}x" for k, v in s.items()), ">= 3x",
                 str(all(v >= 3 for v in s.values()) if s else False)]
+    if name == "vllm_rollouts":
+        r = data.get("ratios", {})
+        return ["managed vLLM rollouts (8 envs) vs transformers",
+                f"{r.get('vllm8_over_transformers8', float('nan')):.2f}x vs 8 envs, "
+                f"{r.get('vllm8_over_transformers1', float('nan')):.2f}x vs sequential",
+                ">= 3x and >= 6x", str(bool(data.get("target_met")))]
     return [name, "see results/" + name + ".json", "", ""]
 
 
@@ -83,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         script = HERE / f"{name}.py"
         if not script.exists():
             print(f"skip {name}: {script.name} not present")
+            continue
+        if name in REQUIRES and not REQUIRES[name][0].exists():
+            print(f"skip {name}: {REQUIRES[name][0]} missing ({REQUIRES[name][1]})")
             continue
         print(f"\n=== {name} ===", flush=True)
         t0 = time.monotonic()

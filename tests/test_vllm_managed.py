@@ -222,3 +222,32 @@ def test_make_policy_picks_the_backend_and_drops_the_other_backends_fields(tmp_p
         make_policy("tgi", **common)
     with pytest.raises(ValueError, match="samples_per_tsk"):
         make_policy("vllm", samples_per_tsk=2)
+
+
+def test_server_dies_with_a_killed_parent(tmp_path, stub_cfg):
+    """SIGKILL of the flywheel process runs no finalizer: the kernel's parent-death signal ends the server."""
+    import os
+    import signal
+    import time
+
+    cfg, _ = stub_cfg
+    k0 = checkpoint(tmp_path, "k0")
+    script = textwrap.dedent(f"""
+        import time
+        from flywheel.policy.vllm_server import VLLMServer, VLLMServerConfig
+        server = VLLMServer(VLLMServerConfig(command=({sys.executable!r}, {STUB!r}), log_dir={str(tmp_path / 'v')!r},
+                                             cache_dir={str(tmp_path / 'c')!r}, start_timeout_s=30))
+        server.ensure({str(k0)!r})
+        print(server.pid, flush=True)
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).resolve().parents[1])
+    pgid = int(proc.stdout.readline())
+    assert group_alive(pgid)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not group_alive(pgid)

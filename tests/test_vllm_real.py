@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from openai import OpenAI
 
-from flywheel.policy.models import build_tiny_model
+from flywheel.policy.models import build_tiny_model, has_generation_markers, load_tokenizer
 from flywheel.policy.vllm_server import DEFAULT_PYTHON, group_alive
 from flywheel.resources import ManagedVLLMPolicy
 from flywheel.rollout import RolloutConfig, run_rollouts
@@ -27,8 +27,14 @@ PROMPT = [[{"role": "user", "content": "Your task is to find a non-living thing.
 
 @pytest.fixture(scope="module")
 def tiny_pair(tmp_path_factory):
+    """Two same-shape checkpoints with Meta's Llama-3 template, saved as training saves them (marked)."""
     root = tmp_path_factory.mktemp("vllm_models")
-    return [build_tiny_model(root / f"k{i}", hidden_size=128, heads=2, seed=i) for i in range(2)]
+    out = []
+    for i in range(2):
+        path = build_tiny_model(root / f"k{i}", hidden_size=128, heads=2, seed=i, template="llama3")
+        load_tokenizer(path).save_pretrained(path)  # the model's own template plus generation markers
+        out.append(path)
+    return out
 
 
 @pytest.mark.timeout(1200)
@@ -51,6 +57,13 @@ def test_real_vllm_server_plays_scienceworld_and_swaps_weights_in_place(tiny_pai
         steps = [s for t in trajs for s in t.steps]
         assert steps and all(0 < s.completion_tokens <= 32 and s.prompt_tokens > 50 for s in steps)
         assert {t.model_id for t in trajs} == {"k0"}
+        # vLLM renders the checkpoint's own (Llama-3, marked) template exactly as the trainer does.
+        tok = load_tokenizer(k0)
+        assert has_generation_markers(tok.chat_template)
+        rendered = tok.apply_chat_template(PROMPT[0], add_generation_prompt=True, tokenize=False)
+        assert rendered.startswith("<|begin_of_text|><|start_header_id|>user")
+        want = len(tok(rendered, add_special_tokens=False)["input_ids"])
+        assert gen.generate(PROMPT, temperature=0.0, max_new_tokens=4)[0].prompt_tokens == want
 
         def greedy_tokens() -> list:
             """Greedy tokens and log-probs of one prompt on what the server serves now."""

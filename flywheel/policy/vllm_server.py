@@ -17,7 +17,8 @@ on a free port of 127.0.0.1, waits for `/health`, and serves one checkpoint at a
   episode as errored (as it does for env crashes). A request the server refuses (HTTP 4xx, e.g. a
   prompt longer than `max_model_len`) fails its row at once: a retry cannot fix it.
 - **no server left behind**: `stop()` ends the server's whole process group (SIGTERM, then
-  SIGKILL); a `weakref.finalize` does the same when the object is collected or at interpreter exit.
+  SIGKILL); a `weakref.finalize` does the same when the object is collected or at interpreter exit,
+  and the server gets SIGTERM from the kernel if the flywheel process dies without either (SIGKILL).
 
 Every start, swap and restart is recorded in `VLLMServer.events` with its wall time.
 """
@@ -140,6 +141,19 @@ def reload_compatible(a: str | Path, b: str | Path) -> tuple[bool, str]:
     if _chat_template(pa) != _chat_template(pb):
         return False, "chat template differs"
     return True, "same architecture and tokenizer"
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM it when the process that started it dies (even by SIGKILL,
+    when no finalizer runs). Linux only; elsewhere a no-op. (Strictly, when the starting *thread*
+    ends: a server started from a worker thread may be ended with it, and is then restarted as any
+    dead server is.)"""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _terminate_group(proc: subprocess.Popen, timeout: float) -> None:
@@ -311,6 +325,7 @@ class VLLMServer:
             self.proc = subprocess.Popen(
                 argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self._env(),
                 start_new_session=True,  # its own process group: stop() ends the engine workers too
+                preexec_fn=_die_with_parent,
             )
         self._finalizer = weakref.finalize(self, _terminate_group, self.proc, self.cfg.stop_timeout_s)
         self.model_dir = model_dir
