@@ -76,11 +76,11 @@ def _scienceworld_demo_options(args: argparse.Namespace) -> dict:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    validate_demo_args(args)  # first: before Dagster is even imported
     from flywheel.pipeline import GateBlocked, StageFailed, results_table, run_flywheel
     from flywheel.policy.models import require_model
     from flywheel.store import Store
 
-    validate_demo_args(args)
     require_model(args.model)
     started = time.monotonic()
     resources = demo_resources(args)
@@ -188,7 +188,16 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--metric", default="success_rate", choices=["success_rate", "avg_reward"])
     rep.set_defaults(fn=cmd_report)
 
+    free = sub.add_parser("free-slots", help="free pool slots held by finished runs or runs whose worker was killed")
+    free.set_defaults(fn=cmd_free_slots)
+
     return parser
+
+
+def _user_error(exc: Exception, kinds: tuple[type[Exception], ...]) -> bool:
+    """A configuration or environment error the user fixes (shown as one line), not a bug (a traceback)."""
+    slots = sys.modules.get("flywheel.slots")  # imported only by commands that use an instance
+    return isinstance(exc, kinds + ((slots.PoolBusyError,) if slots else ()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,12 +220,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-    free = sub.add_parser("free-slots", help="free pool slots held by finished runs or runs whose worker was killed")
-    free.set_defaults(fn=cmd_free_slots)
-
-def _user_error(exc: Exception, kinds: tuple[type[Exception], ...]) -> bool:
-    """A configuration or environment error the user fixes (shown as one line), not a bug (a traceback)."""
-    slots = sys.modules.get("flywheel.slots")  # imported only by commands that use an instance
-    return isinstance(exc, kinds + ((slots.PoolBusyError,) if slots else ()))
-
-

@@ -519,4 +519,4 @@ class Store:
     def cache_put(self, key: str, model: str, response: str) -> None:
         with self.transaction() as con:
             con.execute("DELETE FROM teacher_cache WHERE key = ?", [key])
-            con.execute("INSERT INTO teacher_cache VALUES (?, ?, ?, ?)", [key, model, response, _now()])
+            con.execute("INSERT INTO teacher_cache VALUES (?, ?, ?, ?)", [key, model, _text(response), _now()])

@@ -99,3 +99,69 @@ def test_unknown_spec_option(tmp_path):
     msg, _ = run({"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "envs": bad_value},
                  "bootstrap_job", BENCH, ["expert_trajectories"])
     assert "Unknown ScienceWorld prompt 'tiny'. Valid: full, compact" in msg
+
+
+# -- numeric options: validated before any work, one line naming the fix, exit 2 ------------------------------
+
+@pytest.mark.parametrize("flags, named", [
+    (["--train-tasks", "0"], "--train-tasks must be an integer in 1..100000"),
+    (["--train-tasks", "-5"], "--train-tasks must be an integer in 1..100000"),
+    (["--max-steps", "0"], "--max-steps must be an integer in 1..1000"),
+    (["--max-steps", "-1"], "--max-steps must be an integer in 1..1000"),
+    (["--samples", "1000000"], "--samples must be an integer in 1..256"),
+    (["--samples", "0"], "--samples must be an integer in 1..256"),
+    (["--samples", "200", "--train-tasks", "500"], "--train-tasks x --samples = 500 x 200 = 100,000 rollout episodes"),
+    (["--parallel-envs", "0"], "--parallel-envs must be an integer in 1..256"),
+    (["--batch-size", "0"], "--batch-size must be an integer in 1..1024"),
+    (["--max-new-tokens", "0"], "--max-new-tokens must be an integer in 1..8192"),
+    (["--dtype", "float99"], "--dtype must be one of float32, bfloat16, float16, got 'float99'"),
+    (["--lr", "0"], "--lr must be a number > 0 and <= 1"),
+    (["--max-train-steps", "0"], "--max-train-steps must be an integer in 1..1e+06 or -1 (use epochs)"),
+])
+def test_demo_numbers_are_checked_before_any_work(tmp_path, capsys, flags, named):
+    from flywheel.cli import main
+
+    runs = tmp_path / "runs"
+    code = main(["demo", "--runs-dir", str(runs), "--model", str(tmp_path / "no-model"), *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and named in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err and ("set --" in err or "lower --" in err)
+    assert not runs.exists()  # nothing written: not even the store
+
+
+def test_config_error_exits_2_in_one_line_from_the_shell(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "flywheel.cli", "demo", "--runs-dir", str(tmp_path / "r"),
+                           "--samples", "0"], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        "flywheel: error: --samples must be an integer in 1..256 (rollouts per training task), got 0: "
+        "set --samples within that range."]
+
+
+def test_demo_task_types_are_per_benchmark():
+    from flywheel.cli import DEMO_TASK_TYPES, build_parser, demo_resources
+
+    def types(*argv):
+        return demo_resources(build_parser().parse_args(["demo", *argv]))["envs"].task_types
+
+    assert types() == {"scienceworld": DEMO_TASK_TYPES}
+    assert types("--benchmark", "webshop") == {} and types("--benchmark", "alfworld") == {}
+    assert types("--benchmark", "alfworld", "--task-types", "pick_and_place_simple") == {"alfworld": ["pick_and_place_simple"]}
+
+
+def test_resources_use_the_same_bounds(tmp_path):
+    policy = TransformersPolicy(base_model_path=str(tmp_path / "no-model"), checkpoints_dir=str(tmp_path / "ck"),
+                                samples_per_task=0)
+    msg, seconds = run({"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "policy": policy},
+                       "iteration_job", partition_key(BENCH, 0), ["sft_checkpoint"])
+    assert "policy.samples_per_task must be an integer in 1..256" in msg and seconds < 30
+    bad_dtype = TransformersPolicy(base_model_path=str(tmp_path / "no-model"), dtype="float99")
+    msg, _ = run({"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "policy": bad_dtype},
+                 "iteration_job", partition_key(BENCH, 0), ["sft_checkpoint"])
+    assert "policy.dtype must be one of float32, bfloat16, float16" in msg
+    msg, _ = run({"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "envs": EnvResource(max_steps=0)},
+                 "bootstrap_job", BENCH, ["expert_trajectories"])
+    assert "envs.max_steps must be an integer in 1..1000" in msg

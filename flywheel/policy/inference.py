@@ -166,10 +166,10 @@ class OpenAICompatibleGenerator:
     def __init__(self, *, base_url: str, model: str, api_key: str = "EMPTY", concurrency: int = 16) -> None:
         from openai import OpenAI
 
-        self.client = OpenAI(base_url=base_url, api_key=api_key)
-        self.model = model
         from flywheel.redaction import Redactor
 
+        self.client = OpenAI(base_url=base_url, api_key=api_key)
+        self.model = model
         self.redact = Redactor([api_key])
         self.model_id = self.redact(f"{base_url}#{model}")
         self.concurrency = concurrency
