@@ -1,0 +1,82 @@
+"""Checkpoints: one directory per checkpoint id, published atomically, never deleted; a re-run reuses.
+
+Before: every checkpoint of iteration k was written to `<checkpoints>/<b>/k<k>`, deleting the old
+directory before renaming the new one in, so a kill in between lost the recorded checkpoint, and a
+re-run (e.g. of a killed demo) trained from scratch.
+"""
+
+import json
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+import flywheel.assets.training as training_assets
+from flywheel.assets.curriculum import CurriculumResource
+from flywheel.partitions import partition_key
+from flywheel.policy.models import build_tiny_model
+from flywheel.policy.training import TrainResult, sft_examples, train_sft
+from flywheel.resources import EnvResource, StoreResource, TransformersPolicy
+from tests.test_curriculum_training import BENCH, _store_with_seeds
+from tests.test_store import make_traj
+
+
+def materialize_sft(tmp_path, calls, **policy):
+    def fake_train(base, examples, out, cfg, progress=None):
+        calls.append(Path(out))
+        Path(out).mkdir(parents=True)  # a real, complete directory (what train_sft publishes)
+        (Path(out) / "config.json").write_text("{}")
+        return TrainResult(path=str(out), n_examples=len(examples), n_dropped=0, train_loss=1.0, steps=1)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(training_assets, "train_sft", fake_train)
+        result = dg.materialize(
+            [training_assets.sft_checkpoint], partition_key=str(partition_key(BENCH, 0)),
+            instance=dg.DagsterInstance.ephemeral(),
+            resources={"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "envs": EnvResource(),
+                       "policy": TransformersPolicy(base_model_path="unused", checkpoints_dir=str(tmp_path / "ck"),
+                                                    **policy),
+                       "curriculum": CurriculumResource()},
+        )
+    assert result.success
+    return result.get_asset_materialization_events()[0].materialization.metadata
+
+
+def test_rerun_reuses_the_recorded_checkpoint_and_new_training_never_touches_it(tmp_path):
+    db = _store_with_seeds(tmp_path / "fw.duckdb")
+    calls: list[Path] = []
+    first = materialize_sft(tmp_path, calls)
+    assert len(calls) == 1 and first["reused"].value is False
+    ck1 = calls[0]
+    assert ck1.parent == tmp_path / "ck" / BENCH and ck1.name == first["checkpoint_id"].value  # unique, by id
+
+    again = materialize_sft(tmp_path, calls)  # e.g. the demo re-run after a kill: same data and config
+    assert len(calls) == 1 and again["reused"].value is True
+    assert again["checkpoint_id"].value == first["checkpoint_id"].value
+
+    changed = materialize_sft(tmp_path, calls, max_train_steps=3)  # another config: trains anew, elsewhere
+    assert len(calls) == 2 and changed["reused"].value is False and calls[1] != ck1
+    assert (ck1 / "config.json").exists()  # the recorded checkpoint is still there
+    rows = db.query("SELECT checkpoint_id, path FROM checkpoints ORDER BY created_at").rows()
+    assert [r[1] for r in rows] == [str(ck1), str(calls[1])]
+
+    (calls[1] / "config.json").unlink()  # a recorded checkpoint that is gone is not reused
+    materialize_sft(tmp_path, calls, max_train_steps=3)
+    assert len(calls) == 3
+
+
+def test_train_sft_never_overwrites_a_checkpoint_directory(tmp_path):
+    tiny = build_tiny_model(tmp_path / "tiny", vocab_size=300)
+    out = tmp_path / "ck" / "scienceworld-k0-x"
+    out.mkdir(parents=True)
+    (out / "config.json").write_text('{"recorded": true}')
+    rows = sft_examples([make_traj(n=2)], lambda t: "instr")
+    with pytest.raises(FileExistsError, match="never overwritten"):
+        train_sft(tiny, rows, out)
+    assert json.loads((out / "config.json").read_text()) == {"recorded": True}
+    fresh = tmp_path / "ck" / "scienceworld-k0-y"
+    from flywheel.policy.training import TrainConfig
+
+    res = train_sft(tiny, rows, fresh, TrainConfig(max_steps=1, batch_size=2))
+    assert res.path == str(fresh) and (fresh / "config.json").exists()
+    assert sorted(p.name for p in fresh.parent.iterdir()) == ["scienceworld-k0-x", "scienceworld-k0-y"]  # no .partial

@@ -1,0 +1,98 @@
+"""Store faults: text DuckDB cannot encode, a busy file, a file of another schema.
+
+(a) A lone surrogate in generated text (a model emitting half a UTF-16 pair) used to abort the
+    whole rollout at the DuckDB write; it is stored as U+FFFD, and ScienceWorld treats such an
+    action as an invalid action, not a JVM failure.
+(b) A connection left open by another process (a notebook) fails the store after its lock
+    timeout naming that process (pid, command line), not with DuckDB's bare lock error.
+(c) A DuckDB file of another schema is refused before a single table or row is added.
+"""
+
+import subprocess
+import sys
+import time
+
+import duckdb
+import pytest
+
+from envs import get_benchmark
+from flywheel.store import ForeignStoreError, Store, StoreBusyError
+from flywheel.trajectory import Step, Trajectory
+
+BAD = "focus on \ud83d cup"  # a lone high surrogate
+
+
+def test_lone_surrogate_in_generated_text_is_stored_not_fatal(tmp_path):
+    db = Store(tmp_path / "fw.duckdb")
+    traj = Trajectory(benchmark="scienceworld", split="train", task_id="t", source="policy", goal=f"goal {BAD}",
+                      steps=[Step(observation="o", elaborate=f"think {BAD}", plan="p", action=BAD,
+                                  next_observation="No known action matches that input.")])
+    assert db.write_trajectories([traj]) == 1
+    [(action, elaborate)] = db.query("SELECT action, elaborate FROM steps").rows()
+    assert action == "focus on \ufffd cup" and elaborate == "think focus on \ufffd cup"
+    db.cache_put("k", "m", BAD)
+    assert db.cache_get("k") == "focus on \ufffd cup"
+
+
+def test_scienceworld_takes_a_lone_surrogate_as_an_invalid_action():
+    spec = get_benchmark("scienceworld")
+    [task] = spec.load_tasks("train", limit=1, task_types=("find-non-living-thing",))
+    env = spec.make_env()
+    try:
+        env.reset(task)
+        result = env.step(BAD)
+        assert result.info["invalid"] and not result.done
+        assert env.step("look around").observation  # the same JVM goes on
+    finally:
+        env.close()
+
+
+HOLDER = r'''
+import sys, time, duckdb
+con = duckdb.connect(sys.argv[1], read_only=True)
+print("ready", flush=True)
+time.sleep(120)
+'''
+
+
+def test_busy_store_names_the_process_holding_it(tmp_path):
+    path = tmp_path / "fw.duckdb"
+    Store(path)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        started = time.monotonic()
+        with pytest.raises(StoreBusyError) as err:
+            Store(path, lock_timeout_s=1.0)
+        assert time.monotonic() - started < 30
+        msg = str(err.value)
+        assert f"process {holder.pid}" in msg and "read_only=True" in msg and "Close that connection" in msg
+    finally:
+        holder.kill()
+        holder.wait()
+    Store(path, lock_timeout_s=5.0)  # free again once the holder is gone
+
+
+def test_foreign_schema_is_refused_before_anything_is_written(tmp_path):
+    path = tmp_path / "other.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE customers (id INTEGER, name VARCHAR)")
+    con.execute("INSERT INTO customers VALUES (1, 'a')")
+    con.close()
+    before = path.read_bytes()
+    with pytest.raises(ForeignStoreError, match="another schema.*customers.*nothing was written"):
+        Store(path)
+    assert path.read_bytes() == before
+    con = duckdb.connect(str(path), read_only=True)
+    assert con.execute("SELECT table_name FROM information_schema.tables").fetchall() == [("customers",)]
+    con.close()
+    # A flywheel table with other columns (another version) is refused too, naming it.
+    other = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(other))
+    con.execute("CREATE TABLE trajectories (traj_id VARCHAR, reward DOUBLE)")
+    con.close()
+    with pytest.raises(ForeignStoreError, match="table 'trajectories' has columns"):
+        Store(other)
+    # Our own file opens as before.
+    Store(tmp_path / "fw.duckdb").upsert_tasks([{"benchmark": "b", "split": "s", "task_id": "t"}])
+    assert Store(tmp_path / "fw.duckdb").query("SELECT count(*) FROM tasks").item() == 1
