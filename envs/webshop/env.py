@@ -13,6 +13,8 @@ Where this differs from the original, on purpose:
   is prefixed with "Invalid action! <reason>." instead.
 - The env never raises on an action; `EnvError` only for a task from another catalog
   or a step before reset.
+- The title score's nouns come from `title_nouns="content-words"` by default; the
+  original's spaCy tagger is `title_nouns="spacy"` (optional extra `webshop-spacy`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 from envs.base import EnvError, StepResult, Task
 from envs.webshop import pages
 from envs.webshop.catalog import Catalog, Goal, load_catalog
-from envs.webshop.reward import get_reward
+from envs.webshop.reward import get_reward, spacy_model_name, title_noun_function
 from envs.webshop.search import SearchEngine
 
 _ACTION_RE = re.compile(r"^\s*([A-Za-z_]+)\s*\[(.*)\]\s*$", re.S)
@@ -69,7 +71,12 @@ class WebShopEnv:
         num_products: int | None = None,
         search_anywhere: bool = False,
         invalid_feedback: bool = False,
+        title_nouns: str = "content-words",
     ) -> None:
+        title_noun_function(title_nouns)  # unknown name -> ValueError now, not at the first purchase
+        if title_nouns == "spacy":
+            spacy_model_name()  # spaCy or its model missing -> RuntimeError now, with the install hint
+        self.title_nouns = title_nouns
         self.catalog = catalog if catalog is not None else load_catalog(data_path, num_products)
         self.engine = engine_for(self.catalog)
         self.search_anywhere = search_anywhere
@@ -195,6 +202,7 @@ class WebShopEnv:
             self.goal.as_reward_dict(),
             self.catalog.prices[product.asin],
             self._options,
+            title_nouns=self.title_nouns,
         )
         self._done, self._reward = True, float(reward)
         self._final_info = {

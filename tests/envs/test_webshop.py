@@ -95,8 +95,8 @@ def test_reward_full_match_is_one():
         ({}, {"color": "grey", "size": "xl"}, 45.0, 5 / 6),
         # wrong color and wrong size and no attributes anywhere: only the price
         ({"Attributes": []}, {"color": "blue", "size": "l"}, 35.0, 1 / 6),
-        # wrong color but "blue" is written in the description: the original credits it
-        ({"Description": "a blue rack"}, {"color": "blue", "size": "xl"}, 35.0, 1.0),
+        # wrong color although "blue" is written in the description: still 5 of 6 (issue 17; was 1.0)
+        ({"Description": "a blue rack"}, {"color": "blue", "size": "xl"}, 35.0, 5 / 6),
     ],
 )
 def test_reward_partial_fractions(overrides, options, price, expected):
@@ -104,16 +104,19 @@ def test_reward_partial_fractions(overrides, options, price, expected):
     assert math.isclose(r, expected, rel_tol=1e-9)
 
 
-def test_size_is_exact_but_other_options_are_fuzzy():
-    _, n = get_option_reward(product(), ["pack of 12"], {"size": "pack of 2"})
-    assert n == 0
-    _, n = get_option_reward(product(), ["pack of 12"], {"count": "pack of 2"})
+def test_options_are_fuzzy_including_sizes():
+    # the original's signature: chosen values, goal options (a dict goal gives (name, value) pairs)
+    _, n = get_option_reward(["pack of 2"], [("size", "pack of 12")])
+    assert n == 1  # near numbers pass the > 85 threshold (issue 17: sizes were matched exactly)
+    _, n = get_option_reward(["XL"], [("size", "xl")])
     assert n == 1
     # "dark blue" and "light blue" both normalize to "blue"
-    r, n = get_option_reward(product(), ["dark blue"], {"color": "light blue"})
+    r, n = get_option_reward(["light blue"], ["dark blue"])
     assert (r, n) == (1.0, 1)
-    r, n = get_option_reward(product(), [], {"color": "grey"})
+    r, n = get_option_reward(["grey"], [])
     assert r is None
+    r, n = get_option_reward(["grey", "grey"], ["grey", "xl"])  # each goal option counts once
+    assert (r, n) == (0.5, 1)
 
 
 def test_type_reward_levels():
@@ -242,6 +245,7 @@ def run_episode(env: Env, task: Task, actions: list[str]) -> StepResult:
 
 @needs_standin
 def test_oracle_buys_the_target_on_every_goal():
+    """Success wherever the published reward allows it (see the comment below)."""
     spec = WebShopSpec()
     env = spec.make_env()
     assert isinstance(env, Env)
@@ -250,8 +254,19 @@ def test_oracle_buys_the_target_on_every_goal():
         actions = spec.expert_actions(task)
         assert len(actions) <= task.max_steps
         result = run_episode(env, task, actions)
-        assert result.done and result.success and result.reward == 1.0, (task.task_id, result.info)
         assert result.info["catalog"] == CATALOG_STANDIN
+        if result.success:
+            assert result.done and result.reward == 1.0
+            continue
+        # The published reward cannot reach 1.0 when a correct option value is rewritten by
+        # normalize_color while the goal's (name, value) pair is not (sandalwood -> sand):
+        # issue 17. The oracle then loses exactly that option's share (best achievable:
+        # test_webshop_reward_faithful.py).
+        goal = task.meta["goal_options"]
+        rewritten = [v for v in goal.values() if normalize_color(v) != v and normalize_color(v) not in v.split()]
+        assert result.done and rewritten, (task.task_id, result.info)
+        denom = len(task.meta["attributes"]) + len(goal) + 1
+        assert math.isclose(result.reward, 1 - len(rewritten) / denom), (task.task_id, result.info)
     stats = spec.expert_stats()
     assert sum(stats.values()) == len(tasks) and stats.get("not_found", 0) == 0
 
