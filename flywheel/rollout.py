@@ -5,6 +5,9 @@ go to the generator as one batch, and the env steps run in parallel threads (the
 JVM / engine calls release the GIL). `parallel_envs=1` is the one-episode-at-a-
 time loop other harnesses use, kept for comparison.
 
+`RolloutConfig.backend="ray"` puts the env slots in Ray actors (`flywheel.rollout_ray`); the
+engine, the batched generation and the writes stay here, in the driver.
+
 History lives here, not in the env. An env crash (`EnvError`) marks the episode
 errored after `max_env_retries` restarts; errored is not failed.
 """
@@ -16,10 +19,12 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from envs.base import Env, EnvError, StepResult, Task
 from flywheel.policy.inference import Generator
 from flywheel.prompting import INVALID_FORMAT_OBSERVATION, HistoryItem, build_messages, parse_response
+from flywheel.rollout_ray import RayOptions
 from flywheel.store import Store
 from flywheel.trajectory import Source, Step, Trajectory
 
@@ -36,6 +41,9 @@ class RolloutConfig:
     max_observation_chars: int | None = None
     max_env_retries: int = 2
     seed: int = 0
+    # Where env slots live: "local" (this process) or "ray" (Ray actors; see flywheel.rollout_ray).
+    backend: Literal["local", "ray"] = "local"
+    ray: RayOptions | None = None  # cluster and per-actor resources for backend="ray"
 
 
 @dataclass
@@ -119,6 +127,30 @@ def run_rollouts(
     jobs: list[tuple[Task, int]],
     *,
     make_env: Callable[[], Env],
+    cfg: RolloutConfig = RolloutConfig(),
+    **kwargs: Any,
+) -> list[Trajectory]:
+    """Play every (task, sample) job; return trajectories in job order.
+
+    `cfg.backend` picks where the env slots live; the engine (`_play`: batched generation
+    here, episodes handed to `on_finished` here as they finish) is the same for both. With
+    "ray", `make_env` is shipped to Ray actors, each owning `cfg.ray.envs_per_actor` envs.
+    Other keyword arguments: see `_play`.
+    """
+    if cfg.backend == "local" or not jobs:
+        return _play(jobs, make_env=make_env, cfg=cfg, **kwargs)
+    if cfg.backend != "ray":
+        raise ValueError(f"unknown rollout backend {cfg.backend!r}: use 'local' or 'ray'")
+    from flywheel.rollout_ray import ray_env_slots
+
+    with ray_env_slots(make_env, cfg.ray or RayOptions(), max(1, min(cfg.parallel_envs, len(jobs)))) as pool:
+        return _play(jobs, make_env=pool.make_env, cfg=cfg, **kwargs)
+
+
+def _play(
+    jobs: list[tuple[Task, int]],
+    *,
+    make_env: Callable[[], Env],
     generator: Generator,
     instructions: str,
     normalize_action: Callable[[str], str],
@@ -128,7 +160,7 @@ def run_rollouts(
     on_finished: Callable[[list[Trajectory]], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[Trajectory]:
-    """Play every (task, sample) job; return trajectories in job order."""
+    """The engine behind `run_rollouts`: one batched generate call per tick over all live episodes."""
     queue: deque[tuple[int, Task, int]] = deque((i, t, s) for i, (t, s) in enumerate(jobs))
     slots = [_Slot() for _ in range(max(1, min(cfg.parallel_envs, len(jobs))))]
     order: dict[int, int] = {}
@@ -159,7 +191,7 @@ def run_rollouts(
                 slot.env.close()
             except Exception:  # noqa: BLE001 - a dead env may fail to close; we replace it anyway
                 log.debug("closing a broken env failed", exc_info=True)
-        slot.env = make_env()
+        slot.env = None  # `start` makes the next one, so a failing make_env() counts as an attempt
 
     def start(slot: _Slot, task: Task, sample: int, attempts: int = 1) -> str | None:
         """Reset the slot's env on a task; a crashing env is restarted up to the retry limit.

@@ -43,7 +43,7 @@ def evaluation(
     tasks_by_split = {split: envs.tasks(benchmark, split) for split in EVAL_SPLITS}
     all_trajs = run_rollouts(
         [(t, 0) for split in EVAL_SPLITS for t in tasks_by_split[split]],
-        make_env=lambda: envs.make_env(benchmark), generator=generator,
+        make_env=envs.env_factory(benchmark), generator=generator,
         instructions=spec.system_prompt(), normalize_action=spec.normalize_action, source="policy",
         iteration=k, cfg=policy.rollout_config(evaluation=True, max_steps=envs.max_steps),
         progress=progress_logger(context, "evaluation"),

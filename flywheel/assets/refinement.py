@@ -69,7 +69,7 @@ def rollouts(
     scope = {"benchmark": benchmark, "iteration": k, "source": "policy", "split": "train"}
     generator = policy.generator(ckpt["path"], ckpt["checkpoint_id"])
     plan = resume_rollouts(
-        db, jobs, scope=scope, checkpoint_id=ckpt["checkpoint_id"], make_env=lambda: envs.make_env(benchmark),
+        db, jobs, scope=scope, checkpoint_id=ckpt["checkpoint_id"], make_env=envs.env_factory(benchmark),
         generator=generator, instructions=spec.system_prompt(), normalize_action=spec.normalize_action,
         source="policy", iteration=k, cfg=policy.rollout_config(max_steps=envs.max_steps),
         progress=progress_logger(context, "rollouts"),

@@ -4,6 +4,7 @@ import dagster as dg
 
 from envs import configure_spec, get_benchmark
 from envs.base import BenchmarkSpec, Env, Task
+from flywheel.rollout_ray import EnvFactory
 from flywheel.validation import check_benchmark, check_benchmarks, check_data, check_options
 
 
@@ -45,6 +46,11 @@ class EnvResource(dg.ConfigurableResource):
 
     def make_env(self, benchmark: str) -> Env:
         return self.spec(benchmark).make_env(**self.env_options.get(benchmark, {}))
+
+    def env_factory(self, benchmark: str) -> EnvFactory:
+        """`make_env` for one benchmark as a plain picklable callable (what Ray env actors receive)."""
+        return EnvFactory(check_benchmark(benchmark), dict(self.spec_options.get(benchmark, {})),
+                          dict(self.env_options.get(benchmark, {})))
 
 
 def run_benchmark(context: dg.InitResourceContext) -> str | None:

@@ -5,7 +5,8 @@ import dagster as dg
 from pydantic import PrivateAttr
 
 from flywheel.policy.inference import Generator, OpenAICompatibleGenerator, TransformersGenerator
-from flywheel.policy.training import TrainConfig
+from flywheel.policy.training import TrainConfig, TrainResult, train_sft
+from flywheel.resources.ray_cluster import RayConfig, check_backend
 from flywheel.rollout import RolloutConfig
 from flywheel.settings import REPO_ROOT, default_base_model, runs_dir
 from flywheel.validation import BOUNDS, check_model_path, check_options
@@ -33,10 +34,15 @@ class PolicyResource(dg.ConfigurableResource):
     history_window: int | None = None
     max_observation_chars: int | None = None
     seed: int = 0
+    # Where rollouts and SFT run: "local" (this process) or "ray" (the cluster in `ray`; README "Scaling out on Ray").
+    rollout_backend: str = "local"
+    sft_backend: str = "local"
+    ray: RayConfig = RayConfig()
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """Fail fast, naming the fix, when the base model is missing and this run trains."""
         check_options({k: getattr(self, k) for k in (*BOUNDS, "dtype") if hasattr(self, k)}, where="policy.")
+        self.ray_options()  # unknown backends or bad Ray numbers fail here, at the run's first step
         run = context.dagster_run
         selection = run.asset_selection if run is not None else None
         if selection is None or dg.AssetKey("sft_checkpoint") in selection:
@@ -55,8 +61,22 @@ class PolicyResource(dg.ConfigurableResource):
             temperature=self.eval_temperature if evaluation else self.temperature,
             max_new_tokens=self.max_new_tokens, parallel_envs=self.parallel_envs, max_steps=max_steps,
             history_window=self.history_window, max_observation_chars=self.max_observation_chars,
-            seed=self.seed,
+            seed=self.seed, backend=check_backend(self.rollout_backend, "policy.rollout_backend"),  # type: ignore[arg-type]
+            ray=self.ray_options() if self.rollout_backend == "ray" else None,
         )
+
+    def ray_options(self):
+        check_backend(self.rollout_backend, "policy.rollout_backend")
+        check_backend(self.sft_backend, "policy.sft_backend")
+        return self.ray.options(checkpoints_dir=self.checkpoints_dir)
+
+    def train(self, base_model: str, examples: list[dict], out_dir, cfg: TrainConfig, progress) -> TrainResult:
+        """SFT in this process (`sft_backend: local`) or as a Ray Train job (`ray`): the same TRL code."""
+        if check_backend(self.sft_backend, "policy.sft_backend") == "ray":
+            from flywheel.policy.training_ray import train_sft_on_ray
+
+            return train_sft_on_ray(base_model, examples, out_dir, cfg, self.ray_options(), progress=progress)
+        return train_sft(base_model, examples, out_dir, cfg, progress=progress)
 
     def generator(self, checkpoint_path: str, checkpoint_id: str) -> Generator:
         raise NotImplementedError

@@ -1,0 +1,294 @@
+"""Rollouts on Ray: env slots live in Ray actors, generation stays in the driver.
+
+The rollout engine (`flywheel.rollout.run_rollouts`) is the same for both backends: it asks a
+`make_env()` for env slots, batches the prompts of all live episodes into one `generate` call,
+and writes each finished episode through `on_finished` in the driver (one DuckDB writer). With
+`RolloutConfig(backend="ray")` the slots it gets are `RemoteEnv` handles: each is one env inside
+an `EnvPoolActor`, a Ray actor that owns a pool of envs of one benchmark and survives many
+episodes (a ScienceWorld JVM is started once per slot, not per episode).
+
+Faults: an actor that dies (killed, OOM, lost node) makes every call on its slots raise
+`EnvError`, which the engine already handles: it closes the slot, asks `make_env()` for a new
+one, and replays the episode from its start; after `max_env_retries` the episode is recorded
+as errored. `make_env()` never returns a slot on a dead actor: it picks a live actor with room
+or starts a replacement (at most `max_actor_replacements` per pool). An episode is written only
+once it finishes, so a replay can never count twice.
+
+No dagster here (the env code and this module run on Ray workers). `ray` is imported lazily,
+so the local backend works without the `ray` extra installed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from envs.base import Env, EnvError, StepResult, Task
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """Where the cluster is and what each piece of work asks of it (the one place to set it).
+
+    `address=None` starts a one-machine cluster in this process (`ray.init`) and stops it at the
+    end; "auto" joins the cluster this machine belongs to; "ray://HOST:10001" is a Ray client
+    connection (e.g. a KubeRay head service). When Ray is already initialised (a test fixture,
+    a notebook) it is used as is and left running.
+    """
+
+    address: str | None = None
+    num_cpus: int | None = None  # local cluster only (None = every core)
+    object_store_memory_mb: int = 200  # local cluster only
+    namespace: str = "flywheel"
+    runtime_env: dict[str, Any] | None = field(default=None, hash=False)
+    # env actors
+    env_actor_cpus: float = 1.0
+    env_actor_memory_mb: int | None = None  # e.g. 600 per ScienceWorld JVM x envs_per_actor
+    envs_per_actor: int = 4
+    max_actor_replacements: int = 4
+    # SFT on Ray Train (flywheel.policy.training_ray)
+    sft_workers: int = 1
+    sft_cpus_per_worker: float = 1.0
+    sft_gpus_per_worker: float = 0.0
+    storage_path: str | None = None  # Ray Train's storage: a shared folder, NFS mount or s3:// URI
+
+
+@dataclass(frozen=True)
+class EnvFactory:
+    """A picklable `make_env`: what a Ray actor needs to build envs of one benchmark.
+
+    (A closure over a Dagster resource does not pickle; this holds only plain options.)
+    """
+
+    benchmark: str
+    spec_options: dict[str, Any] = field(default_factory=dict, hash=False)
+    env_options: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    def __call__(self) -> Env:
+        from envs import configure_spec, get_benchmark
+
+        return configure_spec(get_benchmark(self.benchmark), self.spec_options).make_env(**self.env_options)
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise RuntimeError(
+            "the Ray backend needs the `ray` extra: pip install -e '.[ray]' (or set rollout_backend: local)"
+        ) from exc
+    return ray
+
+
+@contextmanager
+def ray_session(opts: RayOptions) -> Iterator[Any]:
+    """Connect to (or start) the cluster; shut down only what this call started."""
+    ray = _ray()
+    if ray.is_initialized():
+        yield ray
+        return
+    kwargs: dict[str, Any] = {"namespace": opts.namespace, "include_dashboard": False,
+                              "log_to_driver": False, "runtime_env": opts.runtime_env}
+    if opts.address is None:
+        kwargs.update(num_cpus=opts.num_cpus, object_store_memory=opts.object_store_memory_mb * 2**20)
+    else:
+        kwargs.update(address=opts.address)
+        kwargs.pop("include_dashboard")
+    ray.init(**kwargs)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+class EnvPoolActor:
+    """A Ray actor holding envs of one benchmark, keyed by slot; envs live across episodes.
+
+    Threaded (`max_concurrency` = slots + 1): the driver steps several slots of one actor at
+    once, and the JVM / engine calls release the GIL as they do in the local backend.
+    """
+
+    def __init__(self, make_env: Callable[[], Env]) -> None:
+        self._make_env = make_env
+        self._envs: dict[int, Env] = {}
+
+    def _env(self, slot: int) -> Env:
+        env = self._envs.get(slot)
+        if env is None:
+            env = self._envs[slot] = self._make_env()
+        return env
+
+    def reset(self, slot: int, task: Task) -> str:
+        return self._env(slot).reset(task)
+
+    def step(self, slot: int, action: str) -> StepResult:
+        return self._env(slot).step(action)
+
+    def close(self, slot: int) -> None:
+        env = self._envs.pop(slot, None)
+        if env is not None:
+            env.close()
+
+    def close_all(self) -> None:
+        for slot in list(self._envs):
+            try:
+                self.close(slot)
+            except Exception:  # noqa: BLE001 - closing is best effort; the actor is killed next
+                log.debug("closing env slot %s failed", slot, exc_info=True)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+@dataclass
+class _Actor:
+    handle: Any
+    name: str
+    open_slots: int = 0
+    alive: bool = True
+
+
+class RemoteEnv:
+    """One env slot inside an `EnvPoolActor`, behind the `Env` protocol.
+
+    A dead actor (or an `EnvError` raised by the env inside it) surfaces as `EnvError`, so
+    the engine's restart-and-replay path handles both the same way.
+    """
+
+    def __init__(self, pool: RayEnvPool, actor: _Actor, slot: int) -> None:
+        self.pool, self.actor, self.slot = pool, actor, slot
+        self.closed = False
+
+    def _call(self, method: str, *args: Any) -> Any:
+        ray = self.pool.ray
+        if not self.actor.alive:
+            raise EnvError(f"env actor {self.actor.name} is gone")
+        try:
+            return ray.get(getattr(self.actor.handle, method).remote(self.slot, *args))
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+            self.pool.lost(self.actor, exc)
+            raise EnvError(f"env actor {self.actor.name} lost: {type(exc).__name__}") from exc
+        except ray.exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, EnvError):
+                raise EnvError(str(cause)) from exc
+            raise cause if isinstance(cause, BaseException) else exc from None
+
+    def reset(self, task: Task) -> str:
+        return self._call("reset", task)
+
+    def step(self, action: str) -> StepResult:
+        return self._call("step", action)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.pool.release(self.actor)
+        if self.actor.alive:
+            try:
+                self._call("close")
+            except EnvError:  # a dying actor or env; the slot is given up either way
+                log.debug("closing env slot %s failed", self.slot, exc_info=True)
+
+
+class RayEnvPool:
+    """Hands out env slots on live actors; starts actors on demand and replaces dead ones."""
+
+    def __init__(self, make_env: Callable[[], Env], opts: RayOptions, n_slots: int) -> None:
+        self.ray = _ray()
+        self.opts = opts
+        self.per_actor = max(1, opts.envs_per_actor)
+        self.planned_actors = max(1, math.ceil(n_slots / self.per_actor))
+        self.max_actors = self.planned_actors + max(0, opts.max_actor_replacements)
+        self.actors: list[_Actor] = []
+        self.actors_lost = 0
+        self._next_slot = 0
+        self._lock = threading.Lock()
+        self._run = uuid.uuid4().hex[:8]
+        self._cls = self.ray.remote(EnvPoolActor)
+        try:
+            self._factory_ref = self.ray.put(make_env)
+        except Exception as exc:  # noqa: BLE001 - cloudpickle raises many types
+            raise TypeError(
+                f"the Ray backend ships make_env to its actors, and {make_env!r} does not pickle "
+                f"({type(exc).__name__}: {exc}); pass a plain callable such as EnvResource.env_factory(benchmark)"
+            ) from exc
+
+    def _start_actor(self) -> _Actor:
+        name = f"flywheel-env-{self._run}-{len(self.actors)}"
+        options: dict[str, Any] = {
+            "name": name, "num_cpus": self.opts.env_actor_cpus, "max_concurrency": self.per_actor + 1,
+            "max_restarts": 0, "scheduling_strategy": "SPREAD",
+        }
+        if self.opts.env_actor_memory_mb:
+            options["memory"] = self.opts.env_actor_memory_mb * 2**20
+        actor = _Actor(self._cls.options(**options).remote(self._factory_ref), name)
+        self.actors.append(actor)
+        return actor
+
+    def make_env(self) -> RemoteEnv:
+        """A slot on the least-loaded live actor with room; a new actor if none has room."""
+        with self._lock:
+            live = [a for a in self.actors if a.alive]
+            roomy = [a for a in live if a.open_slots < self.per_actor]
+            if roomy:
+                actor = min(roomy, key=lambda a: a.open_slots)
+            elif len(self.actors) < self.max_actors:
+                actor = self._start_actor()
+            elif live:  # replacements used up: crowd the live actors rather than fail
+                actor = min(live, key=lambda a: a.open_slots)
+            else:
+                raise EnvError(f"no live env actor left ({len(self.actors)} started, all lost)")
+            actor.open_slots += 1
+            self._next_slot += 1
+            return RemoteEnv(self, actor, self._next_slot)
+
+    def release(self, actor: _Actor) -> None:
+        with self._lock:
+            actor.open_slots = max(0, actor.open_slots - 1)
+
+    def lost(self, actor: _Actor, exc: BaseException) -> None:
+        with self._lock:
+            if not actor.alive:
+                return
+            actor.alive = False
+            self.actors_lost += 1
+        log.warning("env actor %s lost (%s); its episodes are replayed on another actor", actor.name,
+                    type(exc).__name__)
+
+    def shutdown(self) -> None:
+        ray = self.ray
+        live = [a for a in self.actors if a.alive]
+        try:
+            ray.get([a.handle.close_all.remote() for a in live], timeout=60)
+        except Exception:  # noqa: BLE001 - the actors are killed below anyway
+            log.debug("closing env actors failed", exc_info=True)
+        for a in self.actors:
+            try:
+                ray.kill(a.handle)
+            except Exception:  # noqa: BLE001 - already dead
+                pass
+            a.alive = False
+
+
+@contextmanager
+def ray_env_slots(make_env: Callable[[], Env], opts: RayOptions, n_slots: int) -> Iterator[RayEnvPool]:
+    """A `RayEnvPool` on the configured cluster for the length of one rollout call."""
+    with ray_session(opts):
+        pool = RayEnvPool(make_env, opts, n_slots)
+        try:
+            yield pool
+        finally:
+            pool.shutdown()
+            if pool.actors_lost:
+                log.warning("rollouts on Ray: %d env actor(s) lost and replaced", pool.actors_lost)
