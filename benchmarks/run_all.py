@@ -25,6 +25,7 @@ SCRIPTS = {
     "orchestration": [],
     "webshop_speed": [],
     "alfworld_speed": [],
+    "ray_rollouts": [],
     "vllm_rollouts": [],
 }
 # Scripts that need something `make install` does not build: skipped, naming the fix, when it is missing.
@@ -67,6 +68,10 @@ def headline(name: str, data: dict) -> list:
     if name == "orchestration":
         o = data["overhead_fraction"]
         return ["Dagster overhead", f"{o:.1%}", "<= 5%", str(o <= 0.05)]
+    if name == "ray_rollouts":
+        return ["Ray backend vs local threads, episodes/min (same tasks, model)",
+                f"{data['ratio_ray_over_local']:.2f}x (cluster start {data['cluster_start_s']:.0f} s apart)",
+                "small overhead", str(data["ratio_ray_over_local"] >= 0.8)]
     if name == "rollout_throughput":
         s = data.get("speedup_at_8", {})
         return ["batched rollouts (8 envs) vs sequential", ", ".join(f"{k}: {v:.2f}x" for k, v in s.items()), ">= 3x",

@@ -290,5 +290,5 @@ def ray_env_slots(make_env: Callable[[], Env], opts: RayOptions, n_slots: int) -
             yield pool
         finally:
             pool.shutdown()
-            if pool.actors_lost:
-                log.warning("rollouts on Ray: %d env actor(s) lost and replaced", pool.actors_lost)
+            log.info("rollouts on Ray: %d env actor(s) used (%d lost), %d env(s) each, %s CPU(s) each",
+                     len(pool.actors), pool.actors_lost, pool.per_actor, opts.env_actor_cpus)

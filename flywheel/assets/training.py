@@ -89,7 +89,9 @@ def sft_checkpoint(
     checkpoint_id = new_checkpoint_id(benchmark, k)
     out = Path(policy.checkpoints_dir) / benchmark / checkpoint_id
     started = time.monotonic()
-    result = train_sft(policy.base_model_path, examples, out, cfg, progress=context.log.info)
+    # sft_backend "ray": the same train_sft as a Ray Train job on the cluster (README "Scaling out on Ray").
+    train = train_sft if policy.sft_backend == "local" else policy.train
+    result = train(policy.base_model_path, examples, out, cfg, progress=context.log.info)
     lineage = {"fingerprint": fingerprint, "base_model": policy.base_model_path, "iteration": k, "dataset": counts,
                "gated_iterations": list(range(k)), "examples": result.n_examples, "train_steps": result.steps,
                "batch_size": cfg.batch_size, "train_seconds": round(time.monotonic() - started, 1)}
