@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 PRESETS_DIR = REPO_ROOT / "experiments"
 RESULTS_DIR = PRESETS_DIR / "results"
 SECTIONS = ("envs", "policy", "loop", "curriculum", "teacher")
-TOP_LEVEL = {"name", "description", "benchmark", "iterations", "model", "policy_backend", "arms", "notes", *SECTIONS}
+TOP_LEVEL = {"name", "description", "benchmark", "iterations", "model", "arms", "notes", "continue_on_empty_gate",
+             *SECTIONS}
 
 
 # -- presets ---------------------------------------------------------------------------------
@@ -54,6 +55,8 @@ class Preset:
     sections: dict[str, dict[str, Any]] = field(default_factory=dict)
     arms: dict[str, dict[str, dict[str, Any]]] = field(default_factory=lambda: {"bpo": {}})
     source: str = ""
+    # An empty gate stops the arm (as it stops the sensor); True trains k+1 on the same data anyway.
+    continue_on_empty_gate: bool = False
 
     def arm_sections(self, arm: str) -> dict[str, dict[str, Any]]:
         """The preset's sections with `arm`'s overrides merged in (one level deep per section)."""
@@ -115,6 +118,7 @@ def load_preset(name_or_path: str) -> Preset:
         name=str(raw.get("name") or path.stem), benchmark=raw["benchmark"], iterations=iterations,
         model=str(raw.get("model") or "smollm2"), description=str(raw.get("description") or ""),
         notes=list(raw.get("notes") or []), sections=sections, arms=arms, source=str(path),
+        continue_on_empty_gate=bool(raw.get("continue_on_empty_gate", False)),
     )
     for arm in preset.arms:  # build every arm's resources now: a bad field fails before any work
         build_resources(preset, arm, Path("/nonexistent-check"), model_path="/nonexistent-check")
@@ -222,9 +226,18 @@ def run_arm(
 
     arm_dir.mkdir(parents=True, exist_ok=True)
     resources = build_resources(preset, arm, arm_dir, model_path=model_path)
-    (arm_dir / "config.json").write_text(json.dumps(
-        {"preset": preset.name, "arm": arm, "benchmark": preset.benchmark, "iterations": preset.iterations,
-         "model": model_path, "sections": preset.arm_sections(arm)}, indent=2, default=str))
+    config = json.loads(json.dumps(
+        {"preset": preset.name, "arm": arm, "benchmark": preset.benchmark, "model": model_path,
+         "sections": preset.arm_sections(arm)}, default=str))
+    saved = arm_dir / "config.json"
+    if saved.exists() and (old := json.loads(saved.read_text())) != config:
+        changed = sorted(k for k in set(old["sections"]) | set(config["sections"])
+                         if old["sections"].get(k) != config["sections"].get(k))
+        raise ConfigurationError(
+            f"arm {arm!r} in {arm_dir} was started with another configuration (changed: "
+            f"{changed or [k for k in config if old.get(k) != config[k]]}): resuming would mix two configurations. "
+            f"Use another --runs-dir, add the change as a new arm, or delete {arm_dir} to start over")
+    saved.write_text(json.dumps(config, indent=2))
     progress = Progress(arm_dir / "progress.json")
     defs = build_defs(resources)
     jobs = {"bootstrap": defs.resolve_job_def("bootstrap_job"), "iteration": defs.resolve_job_def("iteration_job")}
@@ -242,9 +255,13 @@ def run_arm(
         try:
             run_stage(job, key or preset.benchmark, selection, instance)
         except GateBlocked as exc:  # nothing passed the gate: K stops here, a result, not a crash
-            progress.data["stopped"] = str(exc)
-            progress.mark(stage, time.monotonic() - started)
-            return str(exc)
+            if preset.continue_on_empty_gate:
+                progress.data.setdefault("empty_gates", []).append(stage)
+                log.warning("%s: %s; continuing (continue_on_empty_gate)", stage, exc)
+            else:
+                progress.data["stopped"] = str(exc)
+                progress.mark(stage, time.monotonic() - started)
+                return str(exc)
         extra: dict[str, Any] = {}
         if stage.startswith("rollouts:"):
             k = int(stage.split(":")[1])
@@ -349,7 +366,7 @@ def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[st
                 b = {t: v[0] for t, v in outcomes[(old, s)].items()}
             comparisons.append({"new": new, "old": old, "split": s, **paired_difference(a, b)})
     return {"per_k": per_k, "comparisons": comparisons, "seed_tasks": len(seeds),
-            "stages": done, "stopped": progress.get("stopped")}
+            "stages": done, "stopped": progress.get("stopped"), "empty_gates": progress.get("empty_gates", [])}
 
 
 def collect_results(preset: Preset, runs: Path) -> dict[str, Any]:
@@ -437,6 +454,8 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
         parts += [f"Seed tasks (teacher trajectories): {res['seed_tasks']}.", ""]
         if res.get("stopped"):
             parts += [f"**Stopped early:** {res['stopped']}", ""]
+        if res.get("empty_gates"):
+            parts += [f"**Empty gates** (continued anyway, `continue_on_empty_gate`): {', '.join(res['empty_gates'])}", ""]
         stages = res.get("stages", {})
         if stages:
             total = sum(v.get("seconds", 0) for v in stages.values())
@@ -447,6 +466,12 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
         parts += ["## Notes", ""] + [f"- {n}" for n in preset.notes] + [""]
     parts += ["Plots: `success_by_k.png`, `gate_by_k.png`, `rollout_pass_by_k.png` beside this file."]
     return "\n".join(parts)
+
+
+def _err(r: dict[str, Any], side: str) -> float:
+    """Error-bar length in points (never negative: Wilson bounds can sit a rounding error off the rate)."""
+    gap = r["rate"] - r["ci_low"] if side == "low" else r["ci_high"] - r["rate"]
+    return max(0.0, 100 * gap)
 
 
 def render_plots(results: dict[str, Any], out: Path) -> list[str]:
@@ -466,8 +491,8 @@ def render_plots(results: dict[str, Any], out: Path) -> list[str]:
         for s in res["splits"]:
             ks = [r["k"] for r in res["per_k"] if s in r["splits"]]
             rates = [100 * r["splits"][s]["rate"] for r in res["per_k"] if s in r["splits"]]
-            lo = [100 * (r["splits"][s]["rate"] - r["splits"][s]["ci_low"]) for r in res["per_k"] if s in r["splits"]]
-            hi = [100 * (r["splits"][s]["ci_high"] - r["splits"][s]["rate"]) for r in res["per_k"] if s in r["splits"]]
+            lo = [_err(r["splits"][s], "low") for r in res["per_k"] if s in r["splits"]]
+            hi = [_err(r["splits"][s], "high") for r in res["per_k"] if s in r["splits"]]
             xs = [k - 0.4 + width * (i + 0.5) for k in ks]
             ax.errorbar(xs, rates, yerr=[lo, hi], fmt="o-", capsize=4, label=f"{arm} {s}")
             i += 1
@@ -501,8 +526,8 @@ def render_plots(results: dict[str, Any], out: Path) -> list[str]:
     for arm, res in arms.items():
         rows = [r for r in res["per_k"] if r.get("rollouts")]
         rates = [100 * r["rollouts"]["pass_rate"]["rate"] for r in rows]
-        lo = [100 * (r["rollouts"]["pass_rate"]["rate"] - r["rollouts"]["pass_rate"]["ci_low"]) for r in rows]
-        hi = [100 * (r["rollouts"]["pass_rate"]["ci_high"] - r["rollouts"]["pass_rate"]["rate"]) for r in rows]
+        lo = [_err(r["rollouts"]["pass_rate"], "low") for r in rows]
+        hi = [_err(r["rollouts"]["pass_rate"], "high") for r in rows]
         ax.errorbar([r["k"] for r in rows], rates, yerr=[lo, hi], fmt="o-", capsize=4, label=f"{arm} rollout pass rate")
     ax.set_xlabel("iteration k")
     ax.set_ylabel("successful rollouts % (95% CI)")

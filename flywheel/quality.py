@@ -29,7 +29,10 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, floa
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # Exact ends at 0 and n (the formula leaves a rounding error there).
+    low = 0.0 if successes <= 0 else max(0.0, centre - half)
+    high = 1.0 if successes >= n else min(1.0, centre + half)
+    return low, high
 
 
 def newcombe_difference(s1: int, n1: int, s0: int, n0: int, z: float = Z95) -> tuple[float, float, float]:

@@ -9,11 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+import dagster as dg
 import pytest
 import yaml
 
 from flywheel.cli import main
-from flywheel.experiment import load_preset, stage_plan
+from flywheel.experiment import load_preset, run_experiment, stage_plan
 from flywheel.quality import mcnemar_exact_p, paired_difference
 from flywheel.store import Store
 from flywheel.validation import ConfigurationError
@@ -29,8 +30,10 @@ MINI = {
     "envs": {"seed_limit": 2, "train_limit": 3, "eval_limit": 3, "max_steps": 3},
     "policy": {"epochs": 1, "max_new_tokens": 24, "samples_per_task": 2, "parallel_envs": 3, "batch_size": 4,
                "temperature": 1.0},
-    "curriculum": {"max_proposals": 1},
+    "curriculum": {"synthesize": False},
     "loop": {"adaptive_sampling": False},
+    # A random tiny model solves nothing: go on to k=1 anyway, so the whole K=1 path is exercised.
+    "continue_on_empty_gate": True,
 }
 
 
@@ -119,6 +122,10 @@ def test_killed_experiment_resumes_without_redoing_stages(tmp_path):
                    "AND split = 'train' AND iteration = 0 GROUP BY 1, 2 HAVING count(*) > 1")
     assert dup.is_empty()
     assert (results / "report.md").exists()
+    # Resuming with a changed configuration would mix two experiments: refused, nothing run.
+    changed = _write(tmp_path, {**MINI, "name": "mini-kill", "policy": {**MINI["policy"], "temperature": 0.5}})
+    with pytest.raises(ConfigurationError, match=r"another configuration \(changed: \['policy'\]\)"):
+        run_experiment(load_preset(str(changed)), runs=runs, results=results, instance=dg.DagsterInstance.ephemeral())
 
 
 def test_preset_errors_name_the_fix(tmp_path):
