@@ -1,4 +1,4 @@
-"""Command line: `python -m flywheel.cli {prepare-model,demo,report}`."""
+"""Command line: `python -m flywheel.cli {prepare-model,demo,experiment,report}`."""
 
 from __future__ import annotations
 
@@ -135,6 +135,25 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_experiment(args: argparse.Namespace) -> int:
+    from flywheel.experiment import RESULTS_DIR, load_preset, run_experiment, write_report
+    from flywheel.settings import runs_dir
+
+    preset = load_preset(args.preset)  # a bad preset: one line naming the fix, exit 2 (see main)
+    runs = Path(args.runs_dir) if args.runs_dir else runs_dir() / "experiments" / preset.name
+    results = Path(args.results_dir) if args.results_dir else RESULTS_DIR / preset.name
+    if args.report_only:
+        data = write_report(preset, runs=runs, results=results)
+    else:
+        started = time.monotonic()
+        data = run_experiment(preset, runs=runs, results=results, instance=_ready_instance(), arms=args.arms or None)
+        print(f"\nwall time this invocation: {(time.monotonic() - started) / 60:.1f} min")
+    print((results / "report.md").read_text())
+    print(f"report: {results / 'report.md'}; results: {results / 'results.json'}; plots: {', '.join(data['plots'])}; "
+          f"store(s) under {runs}")
+    return 0
+
+
 def cmd_prepare_model(args: argparse.Namespace) -> int:
     from flywheel.policy.models import build_tiny_model, prepare_smollm2
 
@@ -180,6 +199,18 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--expert-path", choices=["gold", "shortcut"], default="shortcut",
                       help="ScienceWorld seeds: the engine's gold path, or walks collapsed into teleports")
     demo.set_defaults(fn=cmd_demo)
+
+    exp = sub.add_parser(
+        "experiment", help="run (or resume) a named preset from experiments/*.yaml and write its report",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    exp.add_argument("preset", help="preset name (experiments/NAME.yaml) or a path to a preset file")
+    exp.add_argument("--arms", nargs="*", help="run only these arms of the preset (default: all)")
+    exp.add_argument("--runs-dir", default=None,
+                     help="stores and checkpoints (default: $FLYWHEEL_RUNS_DIR/experiments/NAME)")
+    exp.add_argument("--results-dir", default=None, help="report.md, results.json, plots (default: experiments/results/NAME)")
+    exp.add_argument("--report-only", action="store_true", help="rebuild the report from the stores; run nothing")
+    exp.set_defaults(fn=cmd_experiment)
 
     rep = sub.add_parser("report", help="print the evaluation table from the store")
     rep.add_argument("--benchmark", default="scienceworld")

@@ -21,7 +21,6 @@ from flywheel.partitions import flywheel_partitions, keys_of
 from flywheel.resources import EnvResource, PolicyResource, StoreResource
 from flywheel.rollout import run_rollouts
 
-EVAL_SPLITS = ("seen", "unseen")
 COLUMNS = ["split", "episodes", "errored", "success_rate", "avg_reward", "mean_steps",
            "tokens_per_step", "prompt_tokens_per_step", "invalid_action_rate"]
 BUCKET_COLUMNS = ["split", "bucket", "gold_length", "episodes", "successes", "success_rate"]
@@ -40,15 +39,16 @@ def evaluation(
     buckets = curriculum.eval_buckets(benchmark)
     rows, bucket_rows = [], []
     # Both splits in one rollout call, so all their episodes share the generation batch.
-    tasks_by_split = {split: envs.tasks(benchmark, split) for split in EVAL_SPLITS}
+    splits = envs.eval_splits(benchmark)
+    tasks_by_split = {split: envs.tasks(benchmark, split) for split in splits}
     all_trajs = run_rollouts(
-        [(t, 0) for split in EVAL_SPLITS for t in tasks_by_split[split]],
+        [(t, 0) for split in splits for t in tasks_by_split[split]],
         make_env=envs.env_factory(benchmark), generator=generator,
         instructions=spec.system_prompt(), normalize_action=spec.normalize_action, source="policy",
         iteration=k, cfg=policy.rollout_config(evaluation=True, max_steps=envs.max_steps),
         progress=progress_logger(context, "evaluation"),
     )
-    for split in EVAL_SPLITS:
+    for split in splits:
         tasks = tasks_by_split[split]
         trajs = [t for t in all_trajs if t.split == split]
         db.write_trajectories(trajs, replace_scope={"benchmark": benchmark, "iteration": k, "source": "policy", "split": split})

@@ -103,7 +103,7 @@ def gated_dataset(context: dg.AssetExecutionContext, store: StoreResource, loop:
     db = store.get()
     candidates = db.load_trajectories(benchmark=benchmark, iteration=k, source="policy", split="train")
     earlier = db.load_trajectories(db.gated_ids(benchmark, up_to_iteration=k - 1)) if k > 0 else []
-    seeds = db.load_trajectories(benchmark=benchmark, source="teacher")
+    seeds = db.load_trajectories(benchmark=benchmark, source="teacher") if loop.gate_drops_seed_repeats else []
     already = [(t.task_id, t.actions) for t in earlier + seeds]
     passed, stats = reward_gate(candidates, already=already)
     earlier_by_task = db.gated_counts_by_task(benchmark, up_to_iteration=k - 1) if k > 0 else {}

@@ -26,6 +26,9 @@ class LoopResource(dg.ConfigurableResource):
     history_decay: float = 1.0  # weight of older iterations' task stats (1 = plain sums)
     # Dataset: at most this many gated successes per task over all iterations (None = no cap).
     max_gated_per_task: int | None = None
+    # The gate drops a success whose action sequence repeats a seed's for the same task (it adds
+    # no new behaviour); False keeps such repeats (one per task and sequence), as plain RFT would.
+    gate_drops_seed_repeats: bool = True
 
     def validate(self) -> None:
         check_budget(self.max_iterations, max_partition=max_iteration())
