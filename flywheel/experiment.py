@@ -154,6 +154,8 @@ def build_resources(preset: Preset, arm: str, arm_dir: Path, *, model_path: str)
     out: dict[str, dg.ConfigurableResource] = {"store": StoreResource(path=str(arm_dir / "flywheel.duckdb"))}
     for section, cls in classes.items():
         fields_ = dict(sections.get(section, {}))
+        if section == "loop" and preset.continue_on_empty_gate:
+            fields_.setdefault("continue_on_empty_gate", True)
         if section == "policy":
             fields_.setdefault("base_model_path", model_path)
             fields_.setdefault("checkpoints_dir", str(arm_dir / "checkpoints"))
