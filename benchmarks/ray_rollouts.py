@@ -59,14 +59,15 @@ def measure(spec, tasks, generator, backend: str, args) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--episodes", type=int, default=16)
-    ap.add_argument("--parallel", type=int, default=8)
-    ap.add_argument("--max-steps", type=int, default=5)
-    ap.add_argument("--max-new-tokens", type=int, default=48)
-    ap.add_argument("--envs-per-actor", type=int, default=4)
+    ap.add_argument("--episodes", type=int, default=8)
+    ap.add_argument("--parallel", type=int, default=4)
+    ap.add_argument("--max-steps", type=int, default=3)
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--envs-per-actor", type=int, default=2)
     ap.add_argument("--actor-cpus", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--model", choices=["smollm2", "tiny"], default="smollm2")
+    ap.add_argument("--model", choices=["smollm2", "tiny"], default="tiny",
+                    help="tiny (default: minutes on 2 busy cores) or smollm2 (SmolLM2-135M bf16, ~10x longer)")
     args = ap.parse_args(argv)
     import ray
 
