@@ -57,6 +57,37 @@ def measure(spec, tasks, generator, backend: str, args) -> dict:
             "completion_tokens_per_step": sum(s.completion_tokens for t in trajs for s in t.steps) / max(steps, 1)}
 
 
+def step_cost_ms(n_resets: int = 40) -> dict:
+    """One env step in-process vs through an env actor (WebShop: the env's own work is ~0.1 ms)."""
+    from flywheel.rollout_ray import RayEnvPool
+
+    spec = get_benchmark("webshop")
+    task = spec.load_tasks("train", limit=1)[0]
+    actions = spec.expert_actions(task)
+
+    def run(env) -> list[float]:
+        times = []
+        for _ in range(n_resets):
+            env.reset(task)
+            for a in actions:
+                t0 = time.perf_counter()
+                env.step(a)
+                times.append(time.perf_counter() - t0)
+        return times
+
+    local = run(spec.make_env())
+    pool = RayEnvPool(spec.make_env, RayOptions(env_actor_cpus=1, envs_per_actor=1), 1)
+    try:
+        remote = pool.make_env()
+        remote.reset(task)  # actor and env start, untimed
+        ray_times = run(remote)
+    finally:
+        pool.shutdown()
+    return {"steps": len(local), "local_median_ms": statistics.median(local) * 1000,
+            "ray_median_ms": statistics.median(ray_times) * 1000,
+            "ray_overhead_median_ms": (statistics.median(ray_times) - statistics.median(local)) * 1000}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--episodes", type=int, default=8)
@@ -78,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster_start_s = time.perf_counter() - t0
     runs: list[dict] = []
     try:
+        step = step_cost_ms()
         with tempfile.TemporaryDirectory() as tmp:
             if args.model == "tiny":
                 path, dtype = str(build_tiny_model(Path(tmp) / "tiny", vocab_size=1024, hidden_size=64)), "float32"
@@ -114,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Ray / local episodes/min: median {ratio:.2f}x (per repeat: {', '.join(f'{x:.2f}' for x in ratios)}); "
           f"per episode (local): {per_episode['steps']:.1f} steps, {per_episode['generate_s_per_tick']:.2f} s per "
           f"batched generate, {per_episode['prompt_tokens_per_step']:.0f}+{per_episode['completion_tokens_per_step']:.0f} tokens/step")
-    write_json("ray_rollouts", {"runs": runs, "median_episodes_per_min": med, "ratio_ray_over_local": ratio,
+    print(f"one env step (WebShop, {step['steps']} steps): in-process {step['local_median_ms']:.2f} ms, through an env "
+          f"actor {step['ray_median_ms']:.2f} ms (median)")
+    write_json("ray_rollouts", {"step_cost": step, "runs": runs, "median_episodes_per_min": med, "ratio_ray_over_local": ratio,
                                 "ratios_per_repeat": ratios, "cluster_start_s": cluster_start_s,
                                 "per_episode_local": per_episode, "args": vars(args)})
     return 0
