@@ -187,6 +187,13 @@ class ManagedVLLMPolicy(PolicyResource):
         self.shutdown()
 
 
+def stop_warm_servers() -> None:
+    """Stop the servers `keep_server=True` kept warm (they also stop at interpreter exit)."""
+    for server in _WARM_SERVERS.values():
+        server.stop()
+    _WARM_SERVERS.clear()
+
+
 _BACKENDS: dict[str, type[PolicyResource]] = {"transformers": TransformersPolicy, "vllm": ManagedVLLMPolicy}
 
 
