@@ -38,7 +38,8 @@ def configure_spec(spec: BenchmarkSpec, options: dict[str, Any]) -> BenchmarkSpe
     """A copy of a (dataclass) spec with some fields set, e.g. ScienceWorld's `prompt="compact"`."""
     if not options:
         return spec
-    fields = {f.name for f in dataclasses.fields(spec) if f.name != "name"} if dataclasses.is_dataclass(spec) else set()
+    fields = ({f.name for f in dataclasses.fields(spec) if f.init and f.name != "name"}
+              if dataclasses.is_dataclass(spec) else set())
     unknown = sorted(set(options) - fields)
     if unknown:
         raise ValueError(

@@ -3,6 +3,13 @@
 The model writes the long thought e_t, the short plan p_t and the action a_t at
 every step; the history it later sees keeps only p_t, a_t and the observations.
 `keep_thoughts=True` builds the full-history variant, for measurement only.
+
+`history_mode` chooses the prompt shape for training and rollout alike (the policy's
+`history_mode` field): "fused" (above, the default) or "react", the plain ReAct baseline:
+the model answers "Thought: e_t / Action: a_t" and its context is the whole chat transcript
+(every past long thought, action and observation as alternating assistant/user turns), so
+the prompt of step t+1 extends the prompt of step t plus answer t; a trajectory is then one
+chat transcript (what DPO and GRPO score, agent turns only).
 """
 
 from __future__ import annotations
@@ -21,7 +28,20 @@ INVALID_FORMAT_OBSERVATION = (
     "Answer with a Thought line, a Plan line and an Action line."
 )
 
+REACT_RESPONSE_FORMAT = (
+    "At every step, answer in exactly this format:\n"
+    "Thought: <your careful analysis of the situation and what to do next>\n"
+    "Action: <exactly one action>"
+)
+HISTORY_MODES = ("fused", "react")
+
 Message = dict[str, str]
+
+
+def check_history_mode(mode: str) -> str:
+    if mode not in HISTORY_MODES:
+        raise ValueError(f"history_mode must be one of {', '.join(HISTORY_MODES)}, got {mode!r}")
+    return mode
 
 
 @dataclass(frozen=True)
@@ -40,7 +60,9 @@ class Response:
     well_formed: bool
 
 
-def format_response(thought: str, plan: str, action: str) -> str:
+def format_response(thought: str, plan: str, action: str, *, history_mode: str = "fused") -> str:
+    if check_history_mode(history_mode) == "react":  # plain ReAct: no short plan
+        return f"Thought: {thought.strip()}\nAction: {action.strip()}"
     return f"Thought: {thought.strip()}\nPlan: {plan.strip()}\nAction: {action.strip()}"
 
 
@@ -69,8 +91,9 @@ def parse_response(text: str) -> Response:
     )
 
 
-def system_message(env_instructions: str) -> str:
-    return f"{env_instructions.strip()}\n\n{RESPONSE_FORMAT}"
+def system_message(env_instructions: str, *, history_mode: str = "fused") -> str:
+    fmt = REACT_RESPONSE_FORMAT if check_history_mode(history_mode) == "react" else RESPONSE_FORMAT
+    return f"{env_instructions.strip()}\n\n{fmt}"
 
 
 def _clip(text: str, limit: int | None) -> str:
@@ -88,12 +111,17 @@ def build_messages(
     keep_thoughts: bool = False,
     history_window: int | None = None,
     max_observation_chars: int | None = None,
+    history_mode: str = "fused",
 ) -> list[Message]:
     """Chat messages for the next step.
 
     The initial observation (which states the goal) always stays; `history_window`
-    keeps only the last N past steps, for very long horizons.
+    keeps only the last N past steps, for very long horizons. `max_observation_chars` clips
+    past observations only: the latest observation, the page the model acts on, stays whole.
     """
+    if check_history_mode(history_mode) == "react":
+        return react_messages(env_instructions, initial_observation, history, history_window=history_window,
+                              max_observation_chars=max_observation_chars)
     shown = history if history_window is None else history[-history_window:]
     first_shown = len(history) - len(shown) + 1
     lines = [initial_observation.strip()]
@@ -105,12 +133,43 @@ def build_messages(
             lines.append(f"Thought: {item.thought.strip()}")
         lines.append(f"Plan: {item.plan.strip()}")
         lines.append(f"Action: {item.action.strip()}")
-        lines.append(f"Observation: {_clip(item.observation, max_observation_chars)}")
+        # Past observations are clipped; the latest one (the page the model acts on) never is.
+        latest = i == len(history)
+        lines.append(f"Observation: {_clip(item.observation, None if latest else max_observation_chars)}")
     lines.append(f"[Step {len(history) + 1}] Respond with Thought, Plan and Action.")
     return [
         {"role": "system", "content": system_message(env_instructions)},
         {"role": "user", "content": "\n".join(lines)},
     ]
+
+
+def react_messages(
+    env_instructions: str,
+    initial_observation: str,
+    history: list[HistoryItem],
+    *,
+    history_window: int | None = None,
+    max_observation_chars: int | None = None,
+) -> list[Message]:
+    """The ReAct transcript: system, the task, then (answer, observation) turn pairs, full history.
+
+    Past answers keep their long thoughts; observations are clipped like the fused prompt's.
+    `history_window` keeps the last N exchanges (the task turn always stays).
+    """
+    shown = history if history_window is None else history[-history_window:]
+    first = initial_observation.strip()
+    if len(shown) < len(history):
+        first += f"\n[{len(history) - len(shown)} earlier steps omitted]"
+    messages: list[Message] = [
+        {"role": "system", "content": system_message(env_instructions, history_mode="react")},
+        {"role": "user", "content": first},
+    ]
+    for n, item in enumerate(shown, start=1):
+        messages.append({"role": "assistant",
+                         "content": format_response(item.thought, item.plan, item.action, history_mode="react")})
+        limit = None if n == len(shown) else max_observation_chars  # the latest observation stays whole
+        messages.append({"role": "user", "content": f"Observation: {_clip(item.observation, limit)}"})
+    return messages
 
 
 def history_from_steps(steps, *, upto: int) -> list[HistoryItem]:

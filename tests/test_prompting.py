@@ -56,7 +56,11 @@ def test_history_window_keeps_goal_and_recent_steps():
     assert "[Step 11]" in user
 
 
-def test_observation_clipping():
-    hist = [HistoryItem(plan="p", action="a", observation="x" * 500)]
+def test_observation_clipping_spares_the_latest_observation():
+    hist = [HistoryItem(plan="p", action="a", observation="x" * 500),
+            HistoryItem(plan="p", action="b", observation="y" * 500)]
     user = build_messages("i", "s", hist, max_observation_chars=50)[1]["content"]
-    assert "x" * 51 not in user and "x" * 50 in user
+    assert "x" * 51 not in user and "x" * 50 in user  # a past page: clipped
+    assert "y" * 500 in user  # the page the model acts on: whole
+    react = build_messages("i", "s", hist, max_observation_chars=50, history_mode="react")
+    assert "x" * 51 not in react[3]["content"] and "y" * 500 in react[5]["content"]

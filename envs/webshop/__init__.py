@@ -15,8 +15,8 @@ and every step's `info["catalog"]` say "original WebShop data" or
 
 from __future__ import annotations
 
-import os
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 from envs.base import Task
@@ -29,19 +29,28 @@ MAX_STEPS = 10  # ETO protocol
 TEST_SPLITS = ("seen", "unseen", "test")
 
 
+@dataclass
 class WebShopSpec:
-    """BenchmarkSpec for WebShop; data loads lazily on first use."""
+    """BenchmarkSpec for WebShop; data loads lazily on first use.
+
+    Options (`configure_spec` / `EnvResource.spec_options`): `data_path`, `max_steps`, and
+    `prompt` ("full", or "compact": the same rules in about a third of the tokens).
+    """
 
     name = "webshop"
     # One test set: "seen" and "unseen" are the same 200 goals, so evaluation plays it once
     # (reported in the "unseen" column, as the paper's single WebShop column).
     eval_splits = ("unseen",)
 
-    def __init__(self, data_path: str | os.PathLike[str] | None = None, max_steps: int = MAX_STEPS) -> None:
-        self.data_path = data_path
-        self.max_steps = max_steps
-        self._plans: dict[tuple[str, int], OraclePlan] = {}
-        self._query_kinds: Counter[str] = Counter()
+    data_path: str | None = None
+    max_steps: int = MAX_STEPS
+    prompt: str = "full"
+    # Per-instance caches (a configured copy starts empty), owned by this spec object.
+    _plans: dict[tuple[str, int], OraclePlan] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _query_kinds: Counter[str] = field(default_factory=Counter, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        system_prompt(self.max_steps, self.prompt)  # an unknown prompt fails here, naming the valid ones
 
     @property
     def catalog(self) -> Catalog:
@@ -97,7 +106,7 @@ class WebShopSpec:
         return WebShopEnv(**options)
 
     def system_prompt(self) -> str:
-        return system_prompt(self.max_steps)
+        return system_prompt(self.max_steps, self.prompt)
 
     def expert_plan(self, task: Task) -> OraclePlan:
         catalog = self.catalog

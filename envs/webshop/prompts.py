@@ -25,8 +25,21 @@ An action that is not possible on the current page does nothing.
 Choose a product that matches the instruction's attributes and price limit, select every option the instruction asks for on the product page (one value per option type), then click[Buy Now]. Buying ends the episode and is scored from 0 to 1 on how well the product, its options and its price match the instruction. You have at most {max_steps} actions."""
 
 
-def system_prompt(max_steps: int = 10) -> str:
-    return _SYSTEM_PROMPT.format(max_steps=max_steps)
+# The same rules in about a third of the tokens, for small models on small machines (every SFT
+# example and every rollout prompt carries the system prompt).
+_COMPACT_SYSTEM_PROMPT = """Buy the product described by the instruction on a web store. Pages are text; elements are separated by [SEP].
+Actions, exactly one per turn:
+- search[keywords] (only on the search page)
+- click[value]: a button, product ID or option value shown on the page, e.g. click[B09ABC1234], click[large], click[Buy Now], click[Next >], click[< Prev]
+Open a product that matches the instruction and its price limit, click each option the instruction asks for, then click[Buy Now]. At most {max_steps} actions."""
+
+PROMPTS = {"full": _SYSTEM_PROMPT, "compact": _COMPACT_SYSTEM_PROMPT}
+
+
+def system_prompt(max_steps: int = 10, prompt: str = "full") -> str:
+    if prompt not in PROMPTS:
+        raise ValueError(f"Unknown WebShop prompt {prompt!r}. Valid: {', '.join(PROMPTS)}")
+    return PROMPTS[prompt].format(max_steps=max_steps)
 
 
 _ACTION_RE = re.compile(r"\b(search|click)\s*\[(.*)\]", re.I | re.S)

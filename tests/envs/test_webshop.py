@@ -549,3 +549,17 @@ def test_loader_env_var_synthetic_goals_and_missing_data(tmp_path, monkeypatch):
     empty.mkdir()
     with pytest.raises(MissingDataError, match="FLYWHEEL_WEBSHOP_DIR"):
         load_catalog(empty)
+
+
+def test_compact_prompt_is_a_spec_option():
+    from envs import configure_spec, get_benchmark
+
+    base = get_benchmark("webshop")
+    compact = configure_spec(base, {"prompt": "compact"})
+    assert "search[keywords]" in compact.system_prompt() and "click[Buy Now]" in compact.system_prompt()
+    assert len(compact.system_prompt()) < len(base.system_prompt()) / 2
+    assert base.prompt == "full"  # the registered spec is not changed by configuring a copy
+    with pytest.raises(ValueError, match="Valid: full, compact"):
+        configure_spec(base, {"prompt": "tiny"})
+    with pytest.raises(ValueError, match="Valid: data_path, max_steps, prompt"):
+        configure_spec(base, {"promt": "compact"})
