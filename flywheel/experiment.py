@@ -36,8 +36,9 @@ log = logging.getLogger(__name__)
 
 PRESETS_DIR = REPO_ROOT / "experiments"
 RESULTS_DIR = PRESETS_DIR / "results"
-SECTIONS = ("envs", "policy", "loop", "curriculum", "teacher")
+SECTIONS = ("envs", "policy", "loop", "curriculum", "teacher", "method")
 TOP_LEVEL = {"name", "description", "benchmark", "iterations", "model", "arms", "notes", "continue_on_empty_gate",
+             "policy_backend",
              *SECTIONS}
 
 
@@ -57,13 +58,34 @@ class Preset:
     source: str = ""
     # An empty gate stops the arm (as it stops the sensor); True trains k+1 on the same data anyway.
     continue_on_empty_gate: bool = False
+    # Who generates in rollouts and evaluation: "transformers" (in process) or "vllm" (a managed
+    # vLLM server from `make vllm`'s environment); training is the same TRL SFT either way.
+    policy_backend: str = "transformers"
 
     def arm_sections(self, arm: str) -> dict[str, dict[str, Any]]:
         """The preset's sections with `arm`'s overrides merged in (one level deep per section)."""
         merged = copy.deepcopy(self.sections)
+        method = self.method(arm)
+        if method != "bpo":  # the fields a method implies (flywheel/methods.py) sit between preset and arm
+            from flywheel.methods import implied_sections
+
+            for section, fields_ in implied_sections(method).items():
+                merged.setdefault(section, {}).update(copy.deepcopy(fields_))
         for section, fields_ in self.arms[arm].items():
             merged.setdefault(section, {}).update(copy.deepcopy(fields_))
         return merged
+
+
+    def method(self, arm: str) -> str:
+        """The arm's training method (flywheel/methods.py): `method: NAME` on the arm, else on the preset, else bpo."""
+        return str(self.arms[arm].get("method", {}).get("name") or self.sections.get("method", {}).get("name") or "bpo")
+
+
+def _section(section: str, value: Any) -> dict[str, Any]:
+    """A section's fields; `method: NAME` is short for `method: {name: NAME}`."""
+    if section == "method" and isinstance(value, str):
+        return {"name": value}
+    return dict(value or {})
 
 
 def preset_path(name_or_path: str) -> Path:
@@ -103,7 +125,7 @@ def load_preset(name_or_path: str) -> Preset:
     iterations = raw["iterations"]
     if not isinstance(iterations, int) or iterations < 0:
         raise ConfigurationError(f"{path}: iterations (K) must be an integer >= 0, got {iterations!r}")
-    sections = {s: dict(raw.get(s) or {}) for s in SECTIONS if raw.get(s) is not None}
+    sections = {s: _section(s, raw.get(s)) for s in SECTIONS if raw.get(s) is not None}
     arms_raw = raw.get("arms") or {"bpo": {}}
     if not isinstance(arms_raw, dict) or not arms_raw:
         raise ConfigurationError(f"{path}: arms must be a non-empty mapping name -> overrides")
@@ -113,12 +135,13 @@ def load_preset(name_or_path: str) -> Preset:
         bad = sorted(set(overrides) - set(SECTIONS))
         if bad:
             raise ConfigurationError(f"{path}: arm {arm!r} overrides unknown section(s) {bad}; valid: {list(SECTIONS)}")
-        arms[str(arm)] = {s: dict(v or {}) for s, v in overrides.items()}
+        arms[str(arm)] = {s: _section(s, v) for s, v in overrides.items()}
     preset = Preset(
         name=str(raw.get("name") or path.stem), benchmark=raw["benchmark"], iterations=iterations,
         model=str(raw.get("model") or "smollm2"), description=str(raw.get("description") or ""),
         notes=list(raw.get("notes") or []), sections=sections, arms=arms, source=str(path),
         continue_on_empty_gate=bool(raw.get("continue_on_empty_gate", False)),
+        policy_backend=str(raw.get("policy_backend") or "transformers"),
     )
     for arm in preset.arms:  # build every arm's resources now: a bad field fails before any work
         build_resources(preset, arm, Path("/nonexistent-check"), model_path="/nonexistent-check")
@@ -127,10 +150,20 @@ def load_preset(name_or_path: str) -> Preset:
 
 # -- resources -------------------------------------------------------------------------------
 def _resource_classes() -> dict[str, type[dg.ConfigurableResource]]:
+    from flywheel.assets.baselines import MethodResource
     from flywheel.assets.curriculum import CurriculumResource
     from flywheel.resources import EnvResource, LoopResource, TransformersPolicy
 
-    return {"envs": EnvResource, "policy": TransformersPolicy, "loop": LoopResource, "curriculum": CurriculumResource}
+    return {"envs": EnvResource, "policy": TransformersPolicy, "loop": LoopResource, "curriculum": CurriculumResource,
+            "method": MethodResource}
+
+
+def _policy_class(backend: str) -> type[dg.ConfigurableResource]:
+    from flywheel.resources.policy import _BACKENDS
+
+    if backend not in _BACKENDS:
+        raise ConfigurationError(f"policy_backend must be one of {sorted(_BACKENDS)}, got {backend!r}")
+    return _BACKENDS[backend]
 
 
 def _build(cls: type[dg.ConfigurableResource], section: str, fields_: dict[str, Any], where: str) -> dg.ConfigurableResource:
@@ -151,7 +184,13 @@ def build_resources(preset: Preset, arm: str, arm_dir: Path, *, model_path: str)
     sections = preset.arm_sections(arm)
     where = f"experiment {preset.name}, arm {arm}"
     classes = _resource_classes()
-    out: dict[str, dg.ConfigurableResource] = {"store": StoreResource(path=str(arm_dir / "flywheel.duckdb"))}
+    classes["policy"] = _policy_class(preset.policy_backend)
+    from flywheel.methods import METHODS
+
+    if preset.method(arm) not in METHODS:
+        raise ConfigurationError(f"{where}: unknown method {preset.method(arm)!r}; valid: {list(METHODS)}")
+    out: dict[str, dg.ConfigurableResource] = {
+        "store": StoreResource(path=str(arm_dir / "flywheel.duckdb"), method=preset.method(arm))}
     for section, cls in classes.items():
         fields_ = dict(sections.get(section, {}))
         if section == "loop" and preset.continue_on_empty_gate:
@@ -203,9 +242,14 @@ class Progress:
         os.replace(tmp, self.path)
 
 
-def stage_plan(benchmark: str, iterations: int) -> list[tuple[str, str | None, list[str]]]:
+def stage_plan(benchmark: str, iterations: int, method: str = "bpo") -> list[tuple[str, str | None, list[str]]]:
     """(stage name, partition key or None for the benchmark partition, asset selection), in order."""
     from flywheel.partitions import partition_key
+
+    if method != "bpo":  # the baselines' and ablations' stages (flywheel/methods.py)
+        from flywheel.methods import method_stages
+
+        return method_stages(benchmark, iterations, method)
 
     plan: list[tuple[str, str | None, list[str]]] = [
         ("bootstrap", None, ["expert_trajectories", "teacher_quaternions", "synthetic_curriculum"])]
@@ -242,9 +286,12 @@ def run_arm(
     saved.write_text(json.dumps(config, indent=2))
     progress = Progress(arm_dir / "progress.json")
     defs = build_defs(resources)
-    jobs = {"bootstrap": defs.resolve_job_def("bootstrap_job"), "iteration": defs.resolve_job_def("iteration_job")}
+    jobs = {"bootstrap": defs.resolve_job_def("bootstrap_job"), "iteration": defs.resolve_job_def("iteration_job"),
+            "baselines": defs.resolve_job_def("baselines_job")}
     store = Store(arm_dir / "flywheel.duckdb")
-    for stage, key, selection in stage_plan(preset.benchmark, preset.iterations):
+    from flywheel.methods import job_for
+
+    for stage, key, selection in stage_plan(preset.benchmark, preset.iterations, preset.method(arm)):
         if progress.done(stage):
             continue
         if stage.startswith("sft:") and progress.data.get("stopped"):
@@ -253,7 +300,7 @@ def run_arm(
         if on_stage:
             on_stage(stage)
         started = time.monotonic()
-        job = jobs["bootstrap" if key is None else "iteration"]
+        job = jobs[job_for(stage)]
         try:
             run_stage(job, key or preset.benchmark, selection, instance)
         except GateBlocked as exc:  # nothing passed the gate: K stops here, a result, not a crash
