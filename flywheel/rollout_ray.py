@@ -55,6 +55,9 @@ class RayOptions:
     env_actor_memory_mb: int | None = None  # e.g. 600 per ScienceWorld JVM x envs_per_actor
     envs_per_actor: int = 4
     max_actor_replacements: int = 4
+    # An env call (reset/step) unanswered this long: the actor is taken as lost (and killed), so an
+    # actor that hangs or can never be scheduled does not stall the run.
+    call_timeout_s: float = 600.0
     # SFT on Ray Train (flywheel.policy.training_ray)
     sft_workers: int = 1
     sft_cpus_per_worker: float = 1.0
@@ -173,10 +176,15 @@ class RemoteEnv:
         if not self.actor.alive:
             raise EnvError(f"env actor {self.actor.name} is gone")
         try:
-            return ray.get(getattr(self.actor.handle, method).remote(self.slot, *args))
+            return ray.get(getattr(self.actor.handle, method).remote(self.slot, *args),
+                           timeout=self.pool.opts.call_timeout_s)
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
             self.pool.lost(self.actor, exc)
             raise EnvError(f"env actor {self.actor.name} lost: {type(exc).__name__}") from exc
+        except ray.exceptions.GetTimeoutError as exc:
+            self.pool.lost(self.actor, exc, kill=True)
+            raise EnvError(f"env actor {self.actor.name} did not answer {method} within "
+                           f"{self.pool.opts.call_timeout_s:g} s; taken as lost") from exc
         except ray.exceptions.RayTaskError as exc:
             cause = getattr(exc, "cause", None)
             if isinstance(cause, EnvError):
@@ -257,12 +265,17 @@ class RayEnvPool:
         with self._lock:
             actor.open_slots = max(0, actor.open_slots - 1)
 
-    def lost(self, actor: _Actor, exc: BaseException) -> None:
+    def lost(self, actor: _Actor, exc: BaseException, *, kill: bool = False) -> None:
         with self._lock:
             if not actor.alive:
                 return
             actor.alive = False
             self.actors_lost += 1
+        if kill:
+            try:
+                self.ray.kill(actor.handle)
+            except Exception:  # noqa: BLE001 - already gone
+                log.debug("killing env actor %s failed", actor.name, exc_info=True)
         log.warning("env actor %s lost (%s); its episodes are replayed on another actor", actor.name,
                     type(exc).__name__)
 

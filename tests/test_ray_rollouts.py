@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
+import time
 from dataclasses import replace
 
 import pytest
@@ -22,7 +24,7 @@ from flywheel.policy.models import build_tiny_model
 from flywheel.prompting import format_response
 from flywheel.resources import TransformersPolicy
 from flywheel.resources.ray_cluster import RayConfig
-from flywheel.rollout import RolloutConfig, resume_rollouts
+from flywheel.rollout import RolloutConfig, resume_rollouts, run_rollouts
 from flywheel.rollout_ray import RayOptions
 from flywheel.store import Store
 from flywheel.validation import ConfigurationError
@@ -177,6 +179,39 @@ def test_killed_env_actor_without_retries_marks_its_episodes_errored_once(cluste
                       replace(cfg, max_env_retries=2)))
     assert sorted((r["task_id"], r["sample"]) for r in again[0]) == expected_pairs(jobs)
     assert all(r["status"] == "ok" for r in again[0])
+
+
+class HangingEnv:
+    """A WebShop env whose every step after the first hangs (an engine stuck in a native call)."""
+
+    def __init__(self) -> None:
+        self.env, self.steps = get_benchmark("webshop").make_env(), 0
+
+    def reset(self, task):
+        return self.env.reset(task)
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps > 1:
+            time.sleep(120)
+        return self.env.step(action)
+
+    def close(self):
+        self.env.close()
+
+
+def test_an_env_actor_that_stops_answering_is_taken_as_lost(cluster, tmp_path):
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # actors import no test module
+    spec = get_benchmark("webshop")
+    tasks = tasks_of("webshop", 1)
+    cfg = RolloutConfig(temperature=0.0, parallel_envs=1, max_steps=6, max_env_retries=1, backend="ray",
+                        ray=replace(OPTS, call_timeout_s=3.0, envs_per_actor=1))
+    started = time.monotonic()
+    [traj] = run_rollouts([(tasks[0], 0)], make_env=HangingEnv, generator=ExpertGenerator(tasks, spec),
+                          instructions=spec.system_prompt(), normalize_action=spec.normalize_action, cfg=cfg)
+    assert time.monotonic() - started < 60  # two attempts x 3 s timeouts, not two 120 s hangs
+    assert traj.status == "errored" and "did not answer step within 3 s" in traj.error
+    assert not [n for n in ray.util.list_named_actors() if n.startswith("flywheel-env-")]
 
 
 def test_backend_is_chosen_by_resource_config():

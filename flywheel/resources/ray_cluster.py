@@ -26,6 +26,7 @@ class RayConfig(dg.Config):
     env_actor_memory_mb: int | None = None  # memory per env actor, e.g. 600 x envs_per_actor for ScienceWorld
     envs_per_actor: int = 4
     max_actor_replacements: int = 4  # new actors a rollout call may start after actors die
+    call_timeout_s: float = 600.0  # an env call unanswered this long: its actor is taken as lost
     sft_workers: int = 1  # Ray Train workers for sft_checkpoint
     sft_cpus_per_worker: float = 1.0
     sft_gpus_per_worker: float = 0.0
@@ -37,12 +38,15 @@ class RayConfig(dg.Config):
             raise ConfigurationError("ray.envs_per_actor and ray.sft_workers must be >= 1")
         if self.env_actor_cpus < 0 or self.sft_cpus_per_worker < 0 or self.sft_gpus_per_worker < 0:
             raise ConfigurationError("ray: CPUs and GPUs per actor or worker must be >= 0")
+        if self.call_timeout_s <= 0:
+            raise ConfigurationError(f"ray.call_timeout_s must be > 0, got {self.call_timeout_s}")
         default_storage = str(Path(checkpoints_dir).resolve() / "ray") if checkpoints_dir else None
         return RayOptions(
             address=self.address or None, num_cpus=self.num_cpus, object_store_memory_mb=self.object_store_memory_mb,
             namespace=self.namespace, runtime_env=dict(self.runtime_env) or None,
             env_actor_cpus=self.env_actor_cpus, env_actor_memory_mb=self.env_actor_memory_mb,
             envs_per_actor=self.envs_per_actor, max_actor_replacements=self.max_actor_replacements,
+            call_timeout_s=self.call_timeout_s,
             sft_workers=self.sft_workers, sft_cpus_per_worker=self.sft_cpus_per_worker,
             sft_gpus_per_worker=self.sft_gpus_per_worker, storage_path=self.storage_path or default_storage,
         )
