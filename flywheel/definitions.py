@@ -6,6 +6,7 @@ import dagster as dg
 
 from flywheel.assets import bootstrap, checks, curriculum, evaluation, refinement, training
 from flywheel.assets.curriculum import CurriculumResource
+from flywheel.assets.summary import flywheel_summary
 from flywheel.partitions import flywheel_partitions
 from flywheel.resources import (
     EnvResource,
@@ -18,6 +19,14 @@ from flywheel.sensors import flywheel_schedule, flywheel_sensor, iteration_run_t
 
 stage_assets = dg.load_assets_from_modules([bootstrap, curriculum, training, refinement, evaluation])
 stage_checks = dg.load_asset_checks_from_modules([refinement, checks])
+summary_assets = [flywheel_summary]
+
+summary_job = dg.define_asset_job(
+    "summary_job",
+    selection=dg.AssetSelection.assets(flywheel_summary),
+    description="The flywheel dashboard of one benchmark (flywheel_summary): run it after evaluations to refresh "
+    "the table and chart of success by iteration.",
+)
 
 bootstrap_job = dg.define_asset_job(
     "bootstrap_job",
@@ -52,9 +61,9 @@ DEFAULT_RESOURCES = {
 def build_defs(resources: dict[str, dg.ConfigurableResource] | None = None) -> dg.Definitions:
     """The project's definitions; `resources` overrides the defaults (demo, tests)."""
     return dg.Definitions(
-        assets=stage_assets,
+        assets=[*stage_assets, *summary_assets],
         asset_checks=stage_checks,
-        jobs=[bootstrap_job, iteration_job],
+        jobs=[bootstrap_job, iteration_job, summary_job],
         sensors=[flywheel_sensor],
         schedules=[flywheel_schedule],
         resources={**DEFAULT_RESOURCES, **(resources or {})},

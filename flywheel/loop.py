@@ -91,3 +91,29 @@ def decide(history: Sequence[IterationFacts], policy: LoopPolicy) -> Decision:
     return Decision("continue", f"continue: iteration {k} added {cur.new_unique_successes} new unique successes "
                                 f"(gated total {cur.gated_total}), seen success {_fmt(cur.seen_success)}; "
                                 f"starting iteration {k + 1} of K={policy.max_iteration}", next_iteration=k + 1)
+
+
+def gate_allows_next(check_passed: bool | None, *, gated_new: int, continue_on_empty_gate: bool = False) -> bool:
+    """THE gate rule, applied by the sensor (before deciding k+1) and by `sft_checkpoint(b, k+1)`
+    (in any run: a backfill, a manual launch): may iteration k+1 train after gate k?
+
+    `check_passed` is the latest result of the blocking check `gated_dataset_is_usable` on
+    `gated_dataset(b, k)` (None: never evaluated, e.g. the gate was materialized without its
+    checks; then the store's record of the gate decides: at least one new gated trajectory).
+    `continue_on_empty_gate` is the explicit opt-out (`LoopResource.continue_on_empty_gate`).
+    """
+    if continue_on_empty_gate:
+        return True
+    if check_passed is None:
+        return gated_new > 0
+    return bool(check_passed)
+
+
+def gate_refusal(benchmark: str, k: int, check_passed: bool | None, gated_new: int) -> str:
+    """Why k+1 may not train after gate k, with the fix (the message of the failed run / the stop)."""
+    why = ("its blocking check gated_dataset_is_usable failed" if check_passed is False
+           else f"it let no new trajectory through ({gated_new} new)")
+    return (f"gate_check_failed: gated_dataset {benchmark}|{k}: {why}; iteration {k + 1} would train on "
+            f"nothing new. Fix: re-run rollouts and gated_dataset {benchmark}|{k} (more samples_per_task, a "
+            "better checkpoint) until the check passes, or set LoopResource.continue_on_empty_gate=true to "
+            "train k+1 anyway.")

@@ -27,7 +27,7 @@ from dagster._core.event_api import PartitionKeyFilter
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
 from envs import REGISTRY
-from flywheel.loop import Decision, IterationFacts, LoopPolicy, decide
+from flywheel.loop import Decision, IterationFacts, LoopPolicy, decide, gate_allows_next
 from flywheel.partitions import partition_key
 from flywheel.resources import LoopResource, StoreResource
 from flywheel.settings import loop_cron, max_iteration
@@ -122,7 +122,7 @@ def _facts(db: Store, benchmark: str, k: int, rows: dict[int, dict[str, Any]], c
 
 
 def _benchmark_tick(instance: dg.DagsterInstance, db: Store, policy: LoopPolicy, benchmark: str, trigger: str,
-                    tick: LoopTick) -> None:
+                    tick: LoopTick, *, continue_on_empty_gate: bool = False) -> None:
     def state(name: str, k: int | None, reason: str) -> None:
         tick.status[benchmark] = {"state": name, "iteration": k, "reason": reason}
 
@@ -164,7 +164,10 @@ def _benchmark_tick(instance: dg.DagsterInstance, db: Store, policy: LoopPolicy,
         if missing:
             return state("waiting", k, f"waiting for {', '.join(missing)} of {partition}")
         history = [_facts(db, benchmark, i, rows, True) for i in range(k)]
-        history.append(_facts(db, benchmark, k, rows, bool(passed)))
+        # The one gate rule (flywheel.loop.gate_allows_next), also applied by sft_checkpoint(b, k+1).
+        gate_ok = gate_allows_next(passed, gated_new=int(gate.get("passed") or 0) if gate else 0,
+                                   continue_on_empty_gate=continue_on_empty_gate)
+        history.append(_facts(db, benchmark, k, rows, gate_ok))
         decision = decide(history, policy)
         cur = history[-1]
         ckpt = db.latest_checkpoint(benchmark, k) or {}
@@ -188,7 +191,7 @@ def evaluate_loop(instance: dg.DagsterInstance, db: Store, loop: LoopResource, *
     policy = loop.policy()  # validates K, benchmarks, knobs: a bad config fails the tick loudly
     tick = LoopTick()
     for benchmark in loop.benchmarks or sorted(REGISTRY):
-        _benchmark_tick(instance, db, policy, benchmark, trigger, tick)
+        _benchmark_tick(instance, db, policy, benchmark, trigger, tick, continue_on_empty_gate=loop.continue_on_empty_gate)
     return tick
 
 

@@ -65,7 +65,35 @@ CREATE TABLE IF NOT EXISTS loop_starts (
 CREATE TABLE IF NOT EXISTS task_stats (
     benchmark VARCHAR, iteration INTEGER, task_id VARCHAR, attempts INTEGER, successes INTEGER,
     errored INTEGER, created_at TIMESTAMP, PRIMARY KEY (benchmark, iteration, task_id));
+CREATE TABLE IF NOT EXISTS training_examples (
+    checkpoint_id VARCHAR, position INTEGER, benchmark VARCHAR, iteration INTEGER, traj_id VARCHAR,
+    task_id VARCHAR, t INTEGER, prompt JSON, completion JSON, kept BOOLEAN, created_at TIMESTAMP,
+    PRIMARY KEY (checkpoint_id, position));
 """
+
+# Views for the common questions (README "Querying the store"). Re-created on every open; a view
+# whose table does not exist yet (eval_buckets: created by the first evaluation) is skipped.
+VIEWS = {
+    "success_by_iteration": """
+        SELECT benchmark, iteration, split, checkpoint_id, episodes, errored, round(success_rate, 4) AS success_rate,
+               round(avg_reward, 4) AS avg_reward, round(mean_steps, 2) AS mean_steps,
+               round(tokens_per_step, 1) AS tokens_per_step, round(invalid_action_rate, 4) AS invalid_action_rate
+        FROM evaluations ORDER BY benchmark, iteration, split""",
+    "success_by_task": """
+        SELECT benchmark, split, iteration, task_id, count(*) AS episodes,
+               count(*) FILTER (WHERE success) AS successes, round(avg(success::INTEGER), 4) AS success_rate,
+               round(avg(reward), 4) AS avg_reward
+        FROM trajectories WHERE source = 'policy' AND status = 'ok'
+        GROUP BY benchmark, split, iteration, task_id ORDER BY benchmark, split, iteration, task_id""",
+    "success_by_bucket": """
+        SELECT benchmark, iteration, split, bucket, lo, hi, episodes, successes, round(success_rate, 4) AS success_rate
+        FROM eval_buckets ORDER BY benchmark, iteration, split, lo NULLS FIRST""",
+    "gated_growth": """
+        SELECT benchmark, iteration, candidates, passed AS new_unique_successes,
+               (sum(passed) OVER (PARTITION BY benchmark ORDER BY iteration))::BIGINT AS gated_total,
+               round(passed / nullif(candidates, 0), 4) AS pass_rate, created_at AS gate_at
+        FROM gate_runs ORDER BY benchmark, iteration""",
+}
 
 ITERATION_DECISION_COLUMNS = [
     "checkpoint_id", "train_trajectories", "seen_success", "unseen_success", "gate_check_passed",
@@ -181,6 +209,14 @@ def _delete_scope(con: duckdb.DuckDBPyConnection, scope: dict[str, Any]) -> None
     con.execute(f"DELETE FROM trajectories WHERE {where}", params)
 
 
+def _create_views(con: duckdb.DuckDBPyConnection) -> None:
+    for name, sql in VIEWS.items():
+        try:
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
+        except duckdb.CatalogException:  # its table is created later (eval_buckets)
+            pass
+
+
 class Store:
     """Plain DuckDB store; the Dagster resource only builds one of these."""
 
@@ -191,6 +227,7 @@ class Store:
         with self.connect() as con:
             _check_schema(con, self.path)
             con.execute(SCHEMA)
+            _create_views(con)
 
     @contextmanager
     def connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -390,6 +427,35 @@ class Store:
         """Iterations whose gate has run, whether or not anything passed."""
         df = self.query("SELECT iteration FROM gate_runs WHERE benchmark = ? ORDER BY 1", [benchmark])
         return df["iteration"].to_list()
+
+    # -- the exact training pairs of each checkpoint ----------------------------
+    def write_training_examples(self, checkpoint_id: str, benchmark: str, iteration: int,
+                                rows: Sequence[dict[str, Any]]) -> None:
+        """Replace a checkpoint's (prompt, completion) pairs; `kept` False = dropped as too long."""
+        df = pl.DataFrame(
+            {"checkpoint_id": [checkpoint_id] * len(rows), "position": list(range(len(rows))),
+             "benchmark": [benchmark] * len(rows), "iteration": [iteration] * len(rows),
+             "traj_id": [r.get("traj_id") for r in rows], "task_id": [r.get("task_id") for r in rows],
+             "t": [r.get("t") for r in rows],
+             "prompt": [_text(json.dumps(r["prompt"], ensure_ascii=False)) for r in rows],
+             "completion": [_text(json.dumps(r["completion"], ensure_ascii=False)) for r in rows],
+             "kept": [bool(r.get("kept", True)) for r in rows], "created_at": [_now()] * len(rows)},
+            schema={"checkpoint_id": pl.Utf8, "position": pl.Int32, "benchmark": pl.Utf8, "iteration": pl.Int32,
+                    "traj_id": pl.Utf8, "task_id": pl.Utf8, "t": pl.Int32, "prompt": pl.Utf8, "completion": pl.Utf8,
+                    "kept": pl.Boolean, "created_at": pl.Datetime("us")},
+        )
+        with self.transaction() as con:
+            con.execute("DELETE FROM training_examples WHERE checkpoint_id = ?", [checkpoint_id])
+            con.register("new_examples", df.to_arrow())
+            con.execute("INSERT INTO training_examples SELECT * FROM new_examples")
+
+    def training_examples(self, checkpoint_id: str, *, kept_only: bool = True) -> list[dict[str, Any]]:
+        """A checkpoint's training pairs in training order (prompt/completion as chat messages)."""
+        df = self.query(
+            "SELECT * FROM training_examples WHERE checkpoint_id = ?" + (" AND kept" if kept_only else "")
+            + " ORDER BY position", [checkpoint_id])
+        return [{**r, "prompt": json.loads(r["prompt"]), "completion": json.loads(r["completion"])}
+                for r in df.iter_rows(named=True)]
 
     # -- checkpoints and evaluations -------------------------------------------
     def record_checkpoint(self, row: dict[str, Any]) -> None:

@@ -53,7 +53,7 @@ def check_model_path(path: str | Path, *, what: str = "policy.base_model_path") 
     if not (p / "config.json").exists():
         raise ConfigurationError(
             f"No Hugging Face model at {p} ({what}; config.json missing). Run `make model` for "
-            "SmolLM2-135M, `python -m flywheel.cli prepare-model --tiny PATH` for a test model, or set "
+            "SmolLM2-135M, `python -m flywheel.cli prepare-model --tiny --out PATH` for a test model, or set "
             f"{what} / FLYWHEEL_BASE_MODEL to a local HF checkpoint."
         )
     return p

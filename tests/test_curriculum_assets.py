@@ -137,7 +137,7 @@ def test_evaluation_reports_success_by_gold_length_bucket(tmp_path):
     }, tmp_path)
     meta = result.get_asset_materialization_events()[0].materialization.metadata
     assert meta["buckets"].value == "easy <= 5, 5 < medium <= 9, hard > 9"
-    assert "| seen | easy |" in meta["success_by_bucket"].value
+    assert {"split": "seen", "bucket": "easy"}.items() <= meta["success_by_bucket"].records[0].data.items()
     gold = dict(db.query("SELECT task_id, length FROM gold_lengths WHERE split = 'seen'").iter_rows())
     assert set(gold) == {t.task_id for t in seen} and all(n and n > 0 for n in gold.values())
     expected = {len(SCIENCEWORLD.expert_actions(t)) for t in solve}

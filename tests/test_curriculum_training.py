@@ -9,7 +9,7 @@ from flywheel.assets.curriculum import CurriculumResource
 from flywheel.partitions import partition_key
 from flywheel.policy.models import build_tiny_model, load_tokenizer
 from flywheel.policy.training import TrainConfig, TrainResult, sft_examples, train_sft
-from flywheel.resources import EnvResource, StoreResource, TransformersPolicy
+from flywheel.resources import EnvResource, LoopResource, StoreResource, TransformersPolicy
 from flywheel.store import Store
 from flywheel.trajectory import Step, Trajectory
 
@@ -75,7 +75,7 @@ def _run_sft(tmp_path, monkeypatch, curriculum, k=0):
         instance=dg.DagsterInstance.ephemeral(),
         resources={"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "envs": EnvResource(),
                    "policy": TransformersPolicy(base_model_path="unused", checkpoints_dir=str(tmp_path / "ck")),
-                   "curriculum": curriculum},
+                   "curriculum": curriculum, "loop": LoopResource()},
     )
     assert result.success
     [(examples, cfg)] = calls

@@ -16,7 +16,7 @@ from flywheel.assets.curriculum import CurriculumResource
 from flywheel.partitions import partition_key
 from flywheel.policy.models import build_tiny_model
 from flywheel.policy.training import TrainResult, sft_examples, train_sft
-from flywheel.resources import EnvResource, StoreResource, TransformersPolicy
+from flywheel.resources import EnvResource, LoopResource, StoreResource, TransformersPolicy
 from tests.test_curriculum_training import BENCH, _store_with_seeds
 from tests.test_store import make_traj
 
@@ -36,7 +36,7 @@ def materialize_sft(tmp_path, calls, **policy):
             resources={"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "envs": EnvResource(),
                        "policy": TransformersPolicy(base_model_path="unused", checkpoints_dir=str(tmp_path / "ck"),
                                                     **policy),
-                       "curriculum": CurriculumResource()},
+                       "curriculum": CurriculumResource(), "loop": LoopResource()},
         )
     assert result.success
     return result.get_asset_materialization_events()[0].materialization.metadata

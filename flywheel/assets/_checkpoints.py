@@ -7,15 +7,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import dagster as dg
-
+from flywheel.failures import NotRetryable
 from flywheel.store import Store
 
 
 def checkpoint_for(db: Store, benchmark: str, iteration: int) -> dict[str, Any]:
     ckpt = db.latest_checkpoint(benchmark, iteration)
     if ckpt is None:
-        raise dg.Failure(f"no sft_checkpoint recorded for {benchmark}|{iteration}: materialize it first")
+        raise NotRetryable(f"no sft_checkpoint recorded for {benchmark}|{iteration}: materialize sft_checkpoint "
+                           f"{benchmark}|{iteration} first (iteration_job runs it before rollouts and evaluation)")
     return ckpt
 
 

@@ -3,7 +3,8 @@
 
 import dagster as dg
 
-from flywheel.assets._common import progress_logger
+from flywheel.assets._common import progress_logger, rounded
+from flywheel.failures import fail_once, fails_once
 from flywheel.partitions import benchmark_partitions
 from flywheel.prompting import system_message
 from flywheel.resources import EnvResource, StoreResource, TeacherResource
@@ -12,6 +13,7 @@ from flywheel.teacher.base import apply_annotations
 
 
 @dg.asset(partitions_def=benchmark_partitions, group_name="bootstrap", kinds={"duckdb"})
+@fails_once
 def expert_trajectories(context: dg.AssetExecutionContext, envs: EnvResource, store: StoreResource) -> dg.MaterializeResult:
     """Replay each seed task's expert path in the real env; keep the ones that succeed."""
     benchmark = context.partition_key
@@ -26,13 +28,14 @@ def expert_trajectories(context: dg.AssetExecutionContext, envs: EnvResource, st
     for task_id, reason in failed:
         context.log.warning(f"expert failed on {task_id}: {reason}")
     lengths = [len(t.steps) for t in ok]
-    return dg.MaterializeResult(metadata={
+    return dg.MaterializeResult(metadata=rounded({
         "tasks": len(tasks), "expert_successes": len(ok), "expert_failures": len(failed),
         "mean_length": sum(lengths) / max(len(lengths), 1), "max_length": max(lengths, default=0),
-    })
+    }))
 
 
 @dg.asset(partitions_def=benchmark_partitions, group_name="bootstrap", deps=[expert_trajectories], kinds={"duckdb"})
+@fails_once
 def teacher_quaternions(
     context: dg.AssetExecutionContext, envs: EnvResource, teacher: TeacherResource, store: StoreResource
 ) -> dg.MaterializeResult:
@@ -42,7 +45,7 @@ def teacher_quaternions(
     db = store.get()
     experts = db.load_trajectories(benchmark=benchmark, source="expert")
     if not experts:
-        raise dg.Failure(f"no expert trajectories for {benchmark}: materialize expert_trajectories first")
+        fail_once(context, f"no expert trajectories for {benchmark}: materialize expert_trajectories {benchmark} first")
     annotator = teacher.build(spec, db)
     instructions = spec.system_prompt()
     report = progress_logger(context, "teacher annotation")
@@ -53,7 +56,7 @@ def teacher_quaternions(
     db.write_trajectories(annotated, replace_scope={"benchmark": benchmark, "source": "teacher"})
     steps = [s for t in annotated for s in t.steps]
     sample = annotated[0].steps[min(1, len(annotated[0].steps) - 1)]
-    return dg.MaterializeResult(metadata={
+    return dg.MaterializeResult(metadata=rounded({
         "teacher": annotator.name,
         "trajectories": len(annotated),
         "quaternions": len(steps),
@@ -64,4 +67,4 @@ def teacher_quaternions(
             f"**o_t**\n\n```\n{sample.observation[:800]}\n```\n\n**e_t** {sample.elaborate}\n\n"
             f"**p_t** {sample.plan}\n\n**a_t** `{sample.action}`"
         ),
-    })
+    }))

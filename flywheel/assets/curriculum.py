@@ -15,7 +15,7 @@ from collections import Counter
 
 import dagster as dg
 
-from flywheel.assets._common import progress_logger
+from flywheel.assets._common import progress_logger, rounded
 from flywheel.assets.bootstrap import teacher_quaternions
 from flywheel.curriculum.buckets import Buckets, eval_buckets
 from flywheel.curriculum.complexity import ComplexityScorer
@@ -24,6 +24,7 @@ from flywheel.curriculum.proposals import get_synthesizer
 from flywheel.curriculum.solving import length_stats, synthesize
 from flywheel.curriculum.tables import replace_synthetic_tasks, write_curriculum, write_proposals
 from flywheel.evaluation import markdown_table
+from flywheel.failures import fail_once, fails_once
 from flywheel.partitions import benchmark_partitions
 from flywheel.resources import EnvResource, StoreResource, TeacherResource
 
@@ -64,6 +65,7 @@ class CurriculumResource(dg.ConfigurableResource):
 
 
 @dg.asset(partitions_def=benchmark_partitions, group_name="curriculum", deps=[teacher_quaternions], kinds={"duckdb"})
+@fails_once
 def synthetic_curriculum(
     context: dg.AssetExecutionContext, envs: EnvResource, teacher: TeacherResource, store: StoreResource,
     curriculum: CurriculumResource,
@@ -74,7 +76,7 @@ def synthetic_curriculum(
     mode, scorer = curriculum.mode(), curriculum.scorer()
     seeds = db.load_trajectories(benchmark=benchmark, source="teacher")
     if not seeds:
-        raise dg.Failure(f"no teacher quaternions for {benchmark}: materialize teacher_quaternions first")
+        fail_once(context, f"no teacher quaternions for {benchmark}: materialize teacher_quaternions {benchmark} first")
     spec = envs.spec(benchmark)
     annotator = teacher.build(spec, db)
     metadata: dict[str, object] = {"teacher": annotator.name, "synthesize": curriculum.synthesize, "order": mode}
@@ -131,4 +133,4 @@ def synthetic_curriculum(
             [{"bucket": b, "seed": by_bucket[(b, "teacher")], "synthetic": by_bucket[(b, "synthetic")]} for b in buckets.names],
             ["bucket", "seed", "synthetic"])),
     })
-    return dg.MaterializeResult(metadata=metadata)
+    return dg.MaterializeResult(metadata=rounded(metadata))

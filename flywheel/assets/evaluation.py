@@ -10,13 +10,14 @@ written to `eval_buckets` and shown in the metadata; gold lengths are cached in
 import dagster as dg
 
 from flywheel.assets._checkpoints import checkpoint_for
-from flywheel.assets._common import progress_logger
+from flywheel.assets._common import metadata_table, progress_logger, rounded
 from flywheel.assets.curriculum import CurriculumResource
 from flywheel.assets.training import sft_checkpoint
 from flywheel.curriculum.buckets import success_by_bucket
 from flywheel.curriculum.gold import gold_lengths
 from flywheel.curriculum.tables import write_eval_buckets
-from flywheel.evaluation import markdown_table, summarize
+from flywheel.evaluation import summarize
+from flywheel.failures import fails_once
 from flywheel.partitions import flywheel_partitions, keys_of
 from flywheel.resources import EnvResource, PolicyResource, StoreResource
 from flywheel.rollout import run_rollouts
@@ -27,10 +28,14 @@ BUCKET_COLUMNS = ["split", "bucket", "gold_length", "episodes", "successes", "su
 
 
 @dg.asset(partitions_def=flywheel_partitions, group_name="flywheel", deps=[sft_checkpoint], kinds={"duckdb"})
+@fails_once
 def evaluation(
     context: dg.AssetExecutionContext, envs: EnvResource, policy: PolicyResource, store: StoreResource,
     curriculum: CurriculumResource,
 ) -> dg.MaterializeResult:
+    """Checkpoint k plays the benchmark's evaluation splits (seen / unseen) greedily, once per task:
+    success rate, average reward, steps, tokens per step and invalid actions per split, and success
+    by complexity bucket. Rows in the store's `evaluations` and `eval_buckets` tables."""
     benchmark, k = keys_of(context)
     db = store.get()
     ckpt = checkpoint_for(db, benchmark, k)
@@ -61,16 +66,16 @@ def evaluation(
         by_bucket = success_by_bucket(outcomes, buckets)
         write_eval_buckets(db, benchmark, k, split, by_bucket, ckpt["checkpoint_id"])
         bucket_rows += [{"split": split, "gold_length": _range(r["lo"], r["hi"]), **r} for r in by_bucket]
-    metadata: dict[str, object] = {"checkpoint_id": ckpt["checkpoint_id"], "table": dg.MetadataValue.md(markdown_table(rows, COLUMNS))}
+    metadata: dict[str, object] = {"checkpoint_id": ckpt["checkpoint_id"], "table": metadata_table(rows, COLUMNS)}
     for r in rows:
         metadata[f"{r['split']}_success_rate"] = float(r["success_rate"])
         metadata[f"{r['split']}_avg_reward"] = float(r["avg_reward"])
     metadata["buckets"] = buckets.describe()
-    metadata["success_by_bucket"] = dg.MetadataValue.md(markdown_table(bucket_rows, BUCKET_COLUMNS))
+    metadata["success_by_bucket"] = metadata_table(bucket_rows, BUCKET_COLUMNS)
     for r in bucket_rows:
         metadata[f"{r['split']}_{r['bucket']}_success_rate"] = float(r["success_rate"])
         metadata[f"{r['split']}_{r['bucket']}_episodes"] = int(r["episodes"])
-    return dg.MaterializeResult(metadata=metadata)
+    return dg.MaterializeResult(metadata=rounded(metadata))
 
 
 def _range(lo: float | None, hi: float | None) -> str:

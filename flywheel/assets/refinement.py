@@ -13,9 +13,10 @@ what the iteration added in the `iterations` table (the loop's decision comes la
 
 import dagster as dg
 
-from flywheel.assets._common import progress_logger
+from flywheel.assets._common import metadata_table, progress_logger, rounded
 from flywheel.assets.training import sft_checkpoint
-from flywheel.evaluation import markdown_table, summarize
+from flywheel.evaluation import summarize
+from flywheel.failures import fail_once, fails_once, mark_run_not_retryable
 from flywheel.gate import dataset_problems, reward_gate
 from flywheel.partitions import flywheel_partitions, keys_of
 from flywheel.resources import EnvResource, LoopResource, PolicyResource, StoreResource
@@ -38,6 +39,7 @@ ROLLOUT_RETRY = dg.RetryPolicy(max_retries=2, delay=rollout_retry_delay_s(), bac
     partitions_def=flywheel_partitions, group_name="flywheel", deps=[sft_checkpoint], kinds={"duckdb"},
     retry_policy=ROLLOUT_RETRY, op_tags={"flywheel/resumable": "true"},
 )
+@fails_once
 def rollouts(
     context: dg.AssetExecutionContext, envs: EnvResource, policy: PolicyResource, store: StoreResource,
     loop: LoopResource,
@@ -51,7 +53,8 @@ def rollouts(
     db = store.get()
     ckpt = db.latest_checkpoint(benchmark, k)
     if ckpt is None:
-        raise dg.Failure(f"no sft_checkpoint recorded for {benchmark}|{k}: materialize it first", allow_retries=False)
+        fail_once(context, f"no sft_checkpoint recorded for {benchmark}|{k}: materialize sft_checkpoint {benchmark}|{k} "
+                  "first (iteration_job runs it before rollouts)")
     spec = envs.spec(benchmark)
     tasks = envs.tasks(benchmark, "train")
     ids = [t.task_id for t in tasks]
@@ -82,21 +85,22 @@ def rollouts(
     stats = summarize(db.load_trajectories(**scope))
     hardest = sorted(ids, key=lambda t: (-allocation[t], ids.index(t)))[:10]
     prior = {t: history.get(t, (0, 0)) for t in ids}
-    return dg.MaterializeResult(metadata={
+    return dg.MaterializeResult(metadata=rounded({
         "checkpoint_id": ckpt["checkpoint_id"], "episodes_total": len(jobs), "episodes_resumed": plan.resumed,
         "episodes_played": len(plan.todo),
         "sampling": "adaptive" if loop.adaptive_sampling and history else "uniform",
         "attempts_min": min(allocation.values(), default=0), "attempts_max": max(allocation.values(), default=0),
         "tasks_with_a_success": sum(1 for r in per_task if r["successes"]),
-        "attempts_by_task": dg.MetadataValue.md(markdown_table(
+        "attempts_by_task": metadata_table(
             [{"task_id": t, "attempts": allocation[t], "earlier_successes": f"{prior[t][1]}/{prior[t][0]}",
               "successes_now": next(r["successes"] for r in per_task if r["task_id"] == t)} for t in hardest],
-            ["task_id", "attempts", "earlier_successes", "successes_now"])),
+            ["task_id", "attempts", "earlier_successes", "successes_now"]),
         **{k_: float(v) if isinstance(v, float) else v for k_, v in stats.items()},
-    })
+    }))
 
 
 @dg.asset(partitions_def=flywheel_partitions, group_name="flywheel", deps=[rollouts], kinds={"duckdb"})
+@fails_once
 def gated_dataset(context: dg.AssetExecutionContext, store: StoreResource, loop: LoopResource) -> dg.MaterializeResult:
     """Only successful, non-errored, new (task, action sequence) trajectories pass."""
     benchmark, k = keys_of(context)
@@ -112,7 +116,7 @@ def gated_dataset(context: dg.AssetExecutionContext, store: StoreResource, loop:
     gated_total = len(earlier) + len(passed)
     db.record_gate_stats(benchmark, k, candidates=stats.candidates, new_unique_successes=len(passed),
                          gated_total=gated_total, capped_dropped=capped)
-    return dg.MaterializeResult(metadata={
+    return dg.MaterializeResult(metadata=rounded({
         "candidates": stats.candidates, "passed": len(passed), "failed": stats.failed,
         "errored": stats.errored, "duplicates_dropped": stats.duplicates,
         "capped_dropped": capped, "max_gated_per_task": loop.max_gated_per_task or "none",
@@ -120,7 +124,7 @@ def gated_dataset(context: dg.AssetExecutionContext, store: StoreResource, loop:
         "pass_rate": len(passed) / max(stats.candidates, 1),
         "tasks_with_a_success": len({t.task_id for t in passed}),
         "training_set_next_iteration": f"sft_checkpoint {benchmark}|{k + 1} reads these rows from the store",
-    })
+    }))
 
 
 @dg.asset_check(asset=gated_dataset, partitions_def=flywheel_partitions, blocking=True, description="Gated dataset is non-empty and well-formed")
@@ -131,6 +135,8 @@ def gated_dataset_is_usable(context: dg.AssetCheckExecutionContext, store: Store
         [i for i in db.gated_ids(benchmark, up_to_iteration=k) if f"|{k}|policy|" in i]
     )
     problems = dataset_problems(trajs)
+    if problems:  # the same data fails the same way on a retry: this run fails once (flywheel.failures)
+        mark_run_not_retryable(context, f"gated_dataset_is_usable failed for {benchmark}|{k}: {problems[0]}")
     return dg.AssetCheckResult(
         passed=not problems,
         metadata={"trajectories": len(trajs), "problems": len(problems),

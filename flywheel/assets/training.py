@@ -24,9 +24,11 @@ from flywheel.assets._checkpoints import new_checkpoint_id, reusable_checkpoint
 from flywheel.assets.curriculum import CurriculumResource, synthetic_curriculum
 from flywheel.curriculum.order import assign_buckets, grade
 from flywheel.curriculum.tables import write_training_order
-from flywheel.partitions import by_benchmark, flywheel_partitions, keys_of
+from flywheel.failures import fail_once, fails_once
+from flywheel.loop import gate_allows_next, gate_refusal
+from flywheel.partitions import by_benchmark, flywheel_partitions, keys_of, partition_key
 from flywheel.policy.training import sft_examples, train_sft, training_fingerprint
-from flywheel.resources import EnvResource, PolicyResource, StoreResource
+from flywheel.resources import EnvResource, LoopResource, PolicyResource, StoreResource
 from flywheel.store import Store
 from flywheel.trajectory import Trajectory
 
@@ -49,19 +51,29 @@ def training_set(
     deps=[dg.AssetDep(synthetic_curriculum, partition_mapping=by_benchmark)],
     kinds={"pytorch"},
     pool="accelerator",
+    description="SFT checkpoint k: the base model fine-tuned (TRL) on seeds + curriculum + the gated successes "
+    "of iterations < k, easy to hard. Refuses (once, not retried) before gate k-1 ran or when its blocking check "
+    "failed. The exact training pairs are kept in the store's training_examples table.",
 )
+@fails_once
 def sft_checkpoint(
     context: dg.AssetExecutionContext, envs: EnvResource, policy: PolicyResource, store: StoreResource,
-    curriculum: CurriculumResource,
+    curriculum: CurriculumResource, loop: LoopResource,
 ) -> dg.MaterializeResult:
     """Fine-tune the base model on the fused quaternions available at iteration k."""
     benchmark, k = keys_of(context)
     db = store.get()
-    if k > 0 and (k - 1) not in db.gated_iterations(benchmark):
-        raise dg.Failure(
-            f"sft_checkpoint {benchmark}|{k} needs gated_dataset {benchmark}|{k - 1}: materialize it first "
-            "(or let the iteration sensor do it)."
-        )
+    if k > 0:
+        gate = db.gate_run(benchmark, k - 1)
+        if gate is None:
+            fail_once(context, f"sft_checkpoint {benchmark}|{k} needs gated_dataset {benchmark}|{k - 1}: materialize "
+                      f"iteration {k - 1} first (rollouts, gated_dataset), or let the iteration sensor do it.")
+        from flywheel.sensors import gate_check_passed  # the sensor's reading of the check, from the instance
+
+        passed = gate_check_passed(context.instance, str(partition_key(benchmark, k - 1)))
+        if not gate_allows_next(passed, gated_new=int(gate["passed"] or 0),
+                                continue_on_empty_gate=loop.continue_on_empty_gate):
+            fail_once(context, gate_refusal(benchmark, k - 1, passed, int(gate["passed"] or 0)))
     trajs, counts = training_set(db, benchmark, k, include_synthetic=curriculum.synthesize)
     spec = envs.spec(benchmark)
     instructions = spec.system_prompt()
@@ -75,14 +87,14 @@ def sft_checkpoint(
         cfg = replace(cfg, order="given")
     write_training_order(db, benchmark, k, ordered, mode=mode)
     examples = sft_examples(trajs, lambda _t: instructions, history_window=cfg.history_window,
-                            max_observation_chars=cfg.max_observation_chars)
+                            max_observation_chars=cfg.max_observation_chars, history_mode=cfg.history_mode)
     fingerprint = training_fingerprint(policy.base_model_path, examples, cfg)
     if (reused := reusable_checkpoint(db, benchmark, k, fingerprint)) is not None:
         context.log.info(f"sft_checkpoint {benchmark}|{k}: reusing {reused['checkpoint_id']} at {reused['path']} "
                          "(same base model, training data and config; e.g. a re-run after a kill)")
         return dg.MaterializeResult(metadata={
             "checkpoint_id": reused["checkpoint_id"], "path": dg.MetadataValue.path(reused["path"]),
-            "reused": True, "train_loss": reused["train_loss"], "examples": reused["n_examples"],
+            "reused": True, "train_loss": round(float(reused["train_loss"] or 0.0), 4), "examples": reused["n_examples"],
             "trajectories": len(trajs), "fingerprint": fingerprint,
         })
     # One directory per checkpoint id, published atomically: a recorded checkpoint is never overwritten.
@@ -100,13 +112,28 @@ def sft_checkpoint(
         "base_model": policy.base_model_path, "n_examples": result.n_examples, "n_trajectories": len(trajs),
         "train_loss": result.train_loss, "lineage": lineage,
     })
+    # The exact pairs this checkpoint trained on, in order (dropped ones flagged): `flywheel export`.
+    traj_ids = [tr.traj_id for tr in trajs for _ in tr.steps]
+    dropped = set(result.dropped)
+    db.write_training_examples(checkpoint_id, benchmark, k, [
+        {**ex, "traj_id": tid, "kept": i not in dropped}
+        for i, (ex, tid) in enumerate(zip(examples, traj_ids, strict=True))])
+    if result.n_dropped:
+        context.log.warning(
+            f"sft_checkpoint {benchmark}|{k}: dropped {result.n_dropped} of {len(examples)} SFT examples longer than "
+            f"max_length={cfg.max_length} tokens (never truncated); raise policy.max_length or lower "
+            "history_window / max_observation_chars to keep them")
     return dg.MaterializeResult(metadata={
         "checkpoint_id": checkpoint_id,
         "path": dg.MetadataValue.path(result.path),
-        "train_loss": result.train_loss,
+        "train_loss": round(float(result.train_loss), 4),
         "train_steps": result.steps,
         "examples": result.n_examples,
         "examples_dropped_too_long": result.n_dropped,
+        "dropped_fraction": round(result.n_dropped / max(len(examples), 1), 4),
+        **({"warning": dg.MetadataValue.md(
+            f"**{result.n_dropped} of {len(examples)} examples dropped** as longer than max_length={cfg.max_length} "
+            "tokens (see the run log)")} if result.n_dropped else {}),
         "trajectories": len(trajs),
         "seed_or_curriculum_trajectories": counts["seed_or_curriculum"],
         "gated_trajectories": counts["gated"],

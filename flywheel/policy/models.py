@@ -59,7 +59,7 @@ def require_model(path: str | Path) -> Path:
     if not (p / "config.json").exists():
         raise ModelNotFoundError(
             f"No Hugging Face model at {p} (config.json missing). Run `make model` for SmolLM2-135M, "
-            "`python -m flywheel.cli prepare-model --tiny PATH` for a test model, or point the policy "
+            "`python -m flywheel.cli prepare-model --tiny --out PATH` for a test model, or point the policy "
             "resource's model_path at a local HF checkpoint."
         )
     return p

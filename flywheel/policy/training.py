@@ -59,6 +59,8 @@ class TrainResult:
     n_dropped: int
     train_loss: float
     steps: int
+    # Positions (in `examples`) of the examples dropped as too long; the rest were trained on.
+    dropped: tuple[int, ...] = ()
 
 
 def sft_examples(
@@ -118,7 +120,8 @@ def train_sft(
     base = require_model(base_model)
     tok = load_tokenizer(base)
     tok.padding_side = "right"
-    kept = [r for r in examples if _fits(tok, r, cfg.max_length)]
+    fits = [_fits(tok, r, cfg.max_length) for r in examples]
+    kept = [r for r, ok in zip(examples, fits, strict=True) if ok]
     dropped = len(examples) - len(kept)
     if dropped:
         progress(f"dropped {dropped} example(s) longer than max_length={cfg.max_length}")
@@ -175,6 +178,7 @@ def train_sft(
     return TrainResult(
         path=str(out), n_examples=len(kept), n_dropped=dropped,
         train_loss=float(result.training_loss), steps=int(result.global_step),
+        dropped=tuple(i for i, ok in enumerate(fits) if not ok),
     )
 
 
@@ -200,6 +204,21 @@ def _progress_callback_base():
 class _ProgressCallback(_progress_callback_base()):
     def __init__(self, progress: Callable[[str], None]) -> None:
         self.progress = progress
+        self.bar = None  # a terminal bar (steps, rate, ETA); silent when stderr is not a TTY
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        from flywheel.progress import progress_bar
+
+        self.bar = progress_bar(state.max_steps, "sft", unit="step")
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.update(state.global_step - self.bar.n)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "loss" in logs:

@@ -4,6 +4,7 @@ import dagster as dg
 
 from envs import configure_spec, get_benchmark
 from envs.base import BenchmarkSpec, Env, Task
+from flywheel.failures import setup_fails_once
 from flywheel.rollout_ray import EnvFactory
 from flywheel.validation import check_benchmark, check_benchmarks, check_data, check_options
 
@@ -23,6 +24,7 @@ class EnvResource(dg.ConfigurableResource):
     # Fields of a benchmark's spec, e.g. {"scienceworld": {"prompt": "compact"}}.
     spec_options: dict[str, dict[str, Any]] = {}
 
+    @setup_fails_once  # invalid configuration: the run fails once (flywheel.failures)
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """Fail the run at its first step, naming the fix, on unknown benchmarks or missing data."""
         check_options({"train_limit": self.train_limit, "eval_limit": self.eval_limit, "max_steps": self.max_steps},

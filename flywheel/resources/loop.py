@@ -1,5 +1,6 @@
 import dagster as dg
 
+from flywheel.failures import setup_fails_once
 from flywheel.loop import LoopPolicy
 from flywheel.settings import iteration_budget, max_iteration
 from flywheel.validation import ConfigurationError, check_benchmarks, check_budget
@@ -53,5 +54,6 @@ class LoopResource(dg.ConfigurableResource):
         return LoopPolicy(max_iteration=self.max_iterations, patience=self.patience,
                           min_new_successes=self.min_new_successes, min_improvement=self.min_improvement)
 
+    @setup_fails_once  # a bad configuration fails the run once, not 1 + max_retries times
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self.validate()

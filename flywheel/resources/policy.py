@@ -4,6 +4,7 @@ from typing import Any
 import dagster as dg
 from pydantic import PrivateAttr
 
+from flywheel.failures import setup_fails_once
 from flywheel.policy.inference import Generator, OpenAICompatibleGenerator, TransformersGenerator
 from flywheel.policy.training import TrainConfig, TrainResult, train_sft
 from flywheel.resources.ray_cluster import RayConfig, check_backend
@@ -39,6 +40,7 @@ class PolicyResource(dg.ConfigurableResource):
     sft_backend: str = "local"
     ray: RayConfig = RayConfig()
 
+    @setup_fails_once  # invalid configuration: the run fails once (flywheel.failures)
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """Fail fast, naming the fix, when the base model is missing and this run trains."""
         check_options({k: getattr(self, k) for k in (*BOUNDS, "dtype") if hasattr(self, k)}, where="policy.")

@@ -1,0 +1,53 @@
+"""The flywheel dashboard in the Dagster UI: `flywheel_summary(b)`, one per benchmark.
+
+Downstream of every `evaluation(b, k)`; its metadata holds the per-iteration table
+(`MetadataValue.table`: success per split with 95% Wilson intervals, average reward, tokens per
+step, new unique successes, gated total, train loss), the chart (a PNG written beside the store,
+embedded in a markdown entry and linked by path) and a few key floats for Dagster's own plots.
+The numbers come from the store (`flywheel.dashboard`), so it can be re-materialized at any time.
+"""
+
+import base64
+from pathlib import Path
+
+import dagster as dg
+
+from flywheel.assets._common import metadata_table, rounded
+from flywheel.assets.evaluation import evaluation
+from flywheel.dashboard import columns, key_metrics, render_chart, summary_rows
+from flywheel.failures import fails_once
+from flywheel.partitions import benchmark_partitions, by_benchmark
+from flywheel.resources import StoreResource
+
+
+@dg.asset(
+    partitions_def=benchmark_partitions,
+    group_name="dashboard",
+    deps=[dg.AssetDep(evaluation, partition_mapping=by_benchmark)],
+    kinds={"duckdb", "matplotlib"},
+    description="The flywheel dashboard of one benchmark: per iteration k, success on each evaluation split "
+    "with 95% Wilson intervals, average reward, tokens per step, new unique gated successes and the gated "
+    "total, as a table and a chart. Materialize it (summary_job) after evaluations to refresh it.",
+)
+@fails_once
+def flywheel_summary(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
+    benchmark = context.partition_key
+    db = store.get()
+    rows, splits = summary_rows(db, benchmark)
+    if not rows:
+        context.log.warning(f"flywheel_summary {benchmark}: the store {db.path} holds no checkpoint, gate or "
+                            "evaluation of this benchmark yet: run bootstrap_job and iteration_job first")
+        return dg.MaterializeResult(metadata={"iterations": 0, "store": dg.MetadataValue.path(str(db.path)),
+                                              "status": "empty: nothing evaluated yet"})
+    chart = render_chart(rows, splits, Path(db.path).parent / "dashboard" / f"{benchmark}_summary.png",
+                         title=benchmark)
+    png = base64.b64encode(chart.read_bytes()).decode("ascii")
+    metadata: dict[str, object] = {
+        "summary": metadata_table(rows, columns(splits)),
+        "chart": dg.MetadataValue.md(f"![{benchmark}: success by iteration](data:image/png;base64,{png})"),
+        "chart_path": dg.MetadataValue.path(str(chart)),
+        "iterations": len(rows),
+        "splits": ", ".join(splits),
+        **key_metrics(rows, splits),
+    }
+    return dg.MaterializeResult(metadata=rounded(metadata))
