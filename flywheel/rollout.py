@@ -141,9 +141,10 @@ def run_rollouts(
         return _play(jobs, make_env=make_env, cfg=cfg, **kwargs)
     if cfg.backend != "ray":
         raise ValueError(f"unknown rollout backend {cfg.backend!r}: use 'local' or 'ray'")
-    from flywheel.rollout_ray import ray_env_slots
+    from flywheel.rollout_ray import generator_started, ray_env_slots
 
-    with ray_env_slots(make_env, cfg.ray or RayOptions(), max(1, min(cfg.parallel_envs, len(jobs)))) as pool:
+    n_slots = max(1, min(cfg.parallel_envs, len(jobs)))
+    with ray_env_slots(make_env, cfg.ray or RayOptions(), n_slots) as pool, generator_started(kwargs.get("generator")):
         return _play(jobs, make_env=pool.make_env, cfg=cfg, **kwargs)
 
 

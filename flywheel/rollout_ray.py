@@ -58,6 +58,10 @@ class RayOptions:
     # An env call (reset/step) unanswered this long: the actor is taken as lost (and killed), so an
     # actor that hangs or can never be scheduled does not stall the run.
     call_timeout_s: float = 600.0
+    # generation in a Ray actor (e.g. on a GPU node) instead of the driver process
+    generation_actor: bool = False
+    generation_cpus: float = 1.0
+    generation_gpus: float = 0.0
     # SFT on Ray Train (flywheel.policy.training_ray)
     sft_workers: int = 1
     sft_cpus_per_worker: float = 1.0
@@ -292,6 +296,59 @@ class RayEnvPool:
             except Exception:  # noqa: BLE001 - already dead
                 pass
             a.alive = False
+
+
+class GeneratorActor:
+    """Holds one generator (model loaded once) and answers the driver's batched `generate` calls."""
+
+    def __init__(self, factory: Callable[[], Any]) -> None:
+        self.generator = factory()
+
+    def generate(self, prompts: list, kwargs: dict[str, Any]) -> list:
+        return self.generator.generate(prompts, **kwargs)
+
+
+class RayGenerator:
+    """A `Generator` whose model lives in a Ray actor with its own CPUs/GPUs.
+
+    The engine stays in the driver and still sends one batch per tick; only the forward passes
+    move. The actor exists while `run_rollouts` (backend "ray") runs, inside its cluster session
+    (`started()`); the checkpoint path must be readable where the actor lands (shared storage).
+    """
+
+    def __init__(self, factory: Callable[[], Any], opts: RayOptions, model_id: str) -> None:
+        self.factory, self.opts, self.model_id = factory, opts, model_id
+        self._actor: Any = None
+
+    @contextmanager
+    def started(self) -> Iterator[RayGenerator]:
+        ray = _ray()
+        resources: dict[str, Any] = {"num_cpus": self.opts.generation_cpus, "max_restarts": 0}
+        if self.opts.generation_gpus:
+            resources["num_gpus"] = self.opts.generation_gpus
+        self._actor = ray.remote(GeneratorActor).options(**resources).remote(self.factory)
+        try:
+            yield self
+        finally:
+            ray.kill(self._actor)
+            self._actor = None
+
+    def generate(self, prompts, *, temperature: float, max_new_tokens: int, seed: int | None = None):
+        if self._actor is None:
+            raise RuntimeError("RayGenerator runs inside run_rollouts with RolloutConfig(backend='ray')")
+        ray = _ray()
+        kwargs = {"temperature": temperature, "max_new_tokens": max_new_tokens, "seed": seed}
+        return ray.get(self._actor.generate.remote(prompts, kwargs))
+
+
+@contextmanager
+def generator_started(generator: Any) -> Iterator[None]:
+    """Start a `RayGenerator`'s actor for one rollout call; any other generator runs as is."""
+    if isinstance(generator, RayGenerator):
+        with generator.started():
+            yield
+    else:
+        yield
 
 
 @contextmanager

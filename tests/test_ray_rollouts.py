@@ -25,7 +25,7 @@ from flywheel.prompting import format_response
 from flywheel.resources import TransformersPolicy
 from flywheel.resources.ray_cluster import RayConfig
 from flywheel.rollout import RolloutConfig, resume_rollouts, run_rollouts
-from flywheel.rollout_ray import RayOptions
+from flywheel.rollout_ray import RayGenerator, RayOptions
 from flywheel.store import Store
 from flywheel.validation import ConfigurationError
 
@@ -133,6 +133,25 @@ def test_ray_backend_writes_the_same_rows_as_local(cluster, tiny, tmp_path, benc
     assert not [n for n in ray.util.list_named_actors() if n.startswith("flywheel-env-")], "env actors left behind"
 
 
+@pytest.mark.slow  # ~20 s: keeps the default suite's Ray tests near a minute
+def test_generation_in_a_ray_actor_writes_the_same_rows(cluster, tiny, tmp_path):
+    """`ray.generation_actor`: the model is loaded in a Ray actor; the engine and the writes stay here."""
+    tasks = tasks_of("webshop", 2)
+    jobs = [(t, s) for t in tasks for s in range(2)]
+    policy = TransformersPolicy(rollout_backend="ray", max_new_tokens=24, parallel_envs=4, eval_temperature=0.0,
+                                max_observation_chars=300, max_batch_size=4,
+                                ray=RayConfig(env_actor_cpus=0.5, envs_per_actor=2, generation_actor=True))
+    cfg = policy.rollout_config(evaluation=True, max_steps=4)
+    gen = policy.generator(tiny, "tiny")
+    assert isinstance(gen, RayGenerator)
+    remote = rows(play(tmp_path / "actor.duckdb", "webshop", jobs, gen, cfg))
+    local = rows(play(tmp_path / "local.duckdb", "webshop", jobs,
+                      TransformersGenerator(tiny, max_batch_size=4, model_id="tiny"), replace(cfg, backend="local")))
+    assert remote == local and len(remote[0]) == 4
+    with pytest.raises(RuntimeError, match="backend='ray'"):  # outside a Ray rollout call: a clear error
+        gen.generate([[{"role": "user", "content": "hi"}]], temperature=0.0, max_new_tokens=2)
+
+
 def kill_first_actor_at(call: int):
     killed = []
 
@@ -200,6 +219,7 @@ class HangingEnv:
         self.env.close()
 
 
+@pytest.mark.slow  # ~15 s
 def test_an_env_actor_that_stops_answering_is_taken_as_lost(cluster, tmp_path):
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # actors import no test module
     spec = get_benchmark("webshop")

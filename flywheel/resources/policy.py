@@ -93,10 +93,18 @@ class TransformersPolicy(PolicyResource):
     torch_threads: int = 0  # 0 = torch default; 1 avoids thread thrash on a busy small CPU
 
     def generator(self, checkpoint_path: str, checkpoint_id: str) -> Generator:
-        return TransformersGenerator(
+        from functools import partial
+
+        make = partial(
+            TransformersGenerator,
             checkpoint_path, device=self.device, dtype=self.dtype, max_batch_size=self.max_batch_size,
             model_id=checkpoint_id, num_threads=self.torch_threads,
         )
+        if self.rollout_backend == "ray" and self.ray.generation_actor:  # the model in a Ray actor (GPU node)
+            from flywheel.rollout_ray import RayGenerator
+
+            return RayGenerator(make, self.ray_options(), checkpoint_id)
+        return make()
 
 
 class OpenAICompatiblePolicy(PolicyResource):

@@ -30,6 +30,9 @@ class RayConfig(dg.Config):
     sft_workers: int = 1  # Ray Train workers for sft_checkpoint
     sft_cpus_per_worker: float = 1.0
     sft_gpus_per_worker: float = 0.0
+    generation_actor: bool = False  # TransformersPolicy: the model in a Ray actor, not the driver
+    generation_cpus: float = 1.0
+    generation_gpus: float = 0.0  # e.g. 1 with policy.device: cuda
     storage_path: str = ""  # Ray Train storage (shared folder, NFS mount, s3://...); empty = <checkpoints_dir>/ray
 
     def options(self, *, checkpoints_dir: str | None = None) -> RayOptions:
@@ -46,7 +49,8 @@ class RayConfig(dg.Config):
             namespace=self.namespace, runtime_env=dict(self.runtime_env) or None,
             env_actor_cpus=self.env_actor_cpus, env_actor_memory_mb=self.env_actor_memory_mb,
             envs_per_actor=self.envs_per_actor, max_actor_replacements=self.max_actor_replacements,
-            call_timeout_s=self.call_timeout_s,
+            call_timeout_s=self.call_timeout_s, generation_actor=self.generation_actor,
+            generation_cpus=self.generation_cpus, generation_gpus=self.generation_gpus,
             sft_workers=self.sft_workers, sft_cpus_per_worker=self.sft_cpus_per_worker,
             sft_gpus_per_worker=self.sft_gpus_per_worker, storage_path=self.storage_path or default_storage,
         )
