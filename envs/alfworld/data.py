@@ -123,8 +123,14 @@ _ARCHIVE_FIX = (
 
 
 def _extract_games(archive: Path, out: Path) -> dict[str, dict[str, Any]]:
+    from tqdm.auto import tqdm
+
     index: dict[str, dict[str, Any]] = {split: {} for split in SPLIT_FOLDERS}
-    with tarfile.open(archive, "r:xz") as tar:
+    # A progress bar over the compressed bytes read (rate, ETA) on a terminal; silent otherwise.
+    with open(archive, "rb") as raw_file, tqdm.wrapattr(
+        raw_file, "read", total=archive.stat().st_size, desc=f"unpacking {archive.name}", disable=None,
+        dynamic_ncols=True, mininterval=0.5,
+    ) as counted, tarfile.open(fileobj=counted, mode="r:xz") as tar:
         for member in tar:
             name = PurePosixPath(member.name)
             if not member.isfile() or name.name != GAME_FILE:
