@@ -177,6 +177,18 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_paper(args: argparse.Namespace) -> int:
+    from flywheel.paper import write_paper
+
+    data = write_paper(args.experiments, runs=Path(args.runs_dir) if args.runs_dir else None,
+                       results=Path(args.results_dir) if args.results_dir else None)
+    results = Path(data["results_dir"])
+    print((results / "paper.md").read_text())
+    print(f"tables: {results / 'paper.md'}; data: {results / 'paper.json'}; "
+          f"figures: {', '.join(data['figures'].values()) or 'none yet'}")
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from flywheel.export import export_store
     from flywheel.store import Store
@@ -265,6 +277,17 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--results-dir", default=None, help="report.md, results.json, plots (default: experiments/results/NAME)")
     exp.add_argument("--report-only", action="store_true", help="rebuild the report from the stores; run nothing")
     exp.set_defaults(fn=cmd_experiment)
+
+    pap = sub.add_parser(
+        "paper", help="the paper's Tables 1, 2, 4, 5 and Fig. 2 from experiments' stores (markdown, JSON, PNG)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    pap.add_argument("experiments", nargs="+", help="preset name(s) or path(s), e.g. cpu-baselines-scienceworld")
+    pap.add_argument("--runs-dir", default=None,
+                     help="the experiment's stores (one experiment only; default: $FLYWHEEL_RUNS_DIR/experiments/NAME)")
+    pap.add_argument("--results-dir", default=None,
+                     help="paper.md, paper.json, fig2 PNG (default: experiments/results/NAME/paper)")
+    pap.set_defaults(fn=cmd_paper)
 
     expo = sub.add_parser("export", help="trajectories, quaternions, gated sets and each checkpoint's SFT pairs "
                           "as JSONL and Hugging Face datasets folders (with a dataset card)")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dagster as dg
 
-from flywheel.assets import bootstrap, checks, curriculum, evaluation, refinement, training
+from flywheel.assets import baselines, bootstrap, checks, curriculum, evaluation, refinement, training
+from flywheel.assets.baselines import MethodResource
 from flywheel.assets.curriculum import CurriculumResource
 from flywheel.assets.summary import flywheel_summary
 from flywheel.partitions import flywheel_partitions
@@ -17,7 +18,7 @@ from flywheel.resources import (
 )
 from flywheel.sensors import flywheel_schedule, flywheel_sensor, iteration_run_tags
 
-stage_assets = dg.load_assets_from_modules([bootstrap, curriculum, training, refinement, evaluation])
+stage_assets = dg.load_assets_from_modules([bootstrap, curriculum, training, refinement, evaluation, baselines])
 stage_checks = dg.load_asset_checks_from_modules([refinement, checks])
 summary_assets = [flywheel_summary]
 
@@ -48,6 +49,13 @@ iteration_job = dg.define_asset_job(
     "Backfill it over a benchmark's iterations to run them in order.",
 )
 
+baselines_job = dg.define_asset_job(
+    "baselines_job",
+    selection=dg.AssetSelection.groups("baselines"),
+    description="The baselines' own steps for (benchmark, k): base_checkpoint (zero-shot), preference_pairs + "
+    "dpo_checkpoint (ETO DPO), grpo_checkpoint (multi-turn GRPO). Evaluate with iteration_job's evaluation.",
+)
+
 DEFAULT_RESOURCES = {
     "store": StoreResource(),
     "teacher": ScriptedTeacherResource(),
@@ -55,6 +63,7 @@ DEFAULT_RESOURCES = {
     "envs": EnvResource(),
     "loop": LoopResource(),
     "curriculum": CurriculumResource(),
+    "method": MethodResource(),
 }
 
 
@@ -63,7 +72,7 @@ def build_defs(resources: dict[str, dg.ConfigurableResource] | None = None) -> d
     return dg.Definitions(
         assets=[*stage_assets, *summary_assets],
         asset_checks=stage_checks,
-        jobs=[bootstrap_job, iteration_job, summary_job],
+        jobs=[bootstrap_job, iteration_job, baselines_job, summary_job],
         sensors=[flywheel_sensor],
         schedules=[flywheel_schedule],
         resources={**DEFAULT_RESOURCES, **(resources or {})},

@@ -39,6 +39,7 @@ class RolloutConfig:
     max_steps: int | None = None  # cap on top of each task's own limit
     history_window: int | None = None
     max_observation_chars: int | None = None
+    history_mode: str = "fused"  # prompt shape (flywheel.prompting): "fused" or "react"
     max_env_retries: int = 2
     seed: int = 0
     # Where env slots live: "local" (this process) or "ray" (Ray actors; see flywheel.rollout_ray).
@@ -245,6 +246,7 @@ def _play(
                 build_messages(
                     instructions, s.episode.initial_observation, s.episode.history,
                     history_window=cfg.history_window, max_observation_chars=cfg.max_observation_chars,
+                    history_mode=cfg.history_mode,
                 )
                 for s in live
             ]

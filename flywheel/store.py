@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS trajectories (
     traj_id VARCHAR PRIMARY KEY, benchmark VARCHAR, split VARCHAR, iteration INTEGER,
     source VARCHAR, task_id VARCHAR, sample INTEGER, goal VARCHAR, success BOOLEAN,
     reward DOUBLE, steps INTEGER, status VARCHAR, error VARCHAR,
-    prompt_tokens BIGINT, completion_tokens BIGINT, model_id VARCHAR, created_at TIMESTAMP);
+    prompt_tokens BIGINT, completion_tokens BIGINT, model_id VARCHAR, created_at TIMESTAMP,
+    method VARCHAR DEFAULT 'bpo');
 CREATE TABLE IF NOT EXISTS steps (
     traj_id VARCHAR, t INTEGER, observation VARCHAR, elaborate VARCHAR, plan VARCHAR,
     action VARCHAR, next_observation VARCHAR, reward DOUBLE, done BOOLEAN, invalid BOOLEAN,
@@ -46,7 +47,7 @@ CREATE TABLE IF NOT EXISTS gate_runs (
 CREATE TABLE IF NOT EXISTS checkpoints (
     checkpoint_id VARCHAR PRIMARY KEY, benchmark VARCHAR, iteration INTEGER, path VARCHAR,
     base_model VARCHAR, n_examples INTEGER, n_trajectories INTEGER, train_loss DOUBLE,
-    lineage JSON, created_at TIMESTAMP);
+    lineage JSON, created_at TIMESTAMP, method VARCHAR DEFAULT 'bpo');
 CREATE TABLE IF NOT EXISTS evaluations (
     benchmark VARCHAR, iteration INTEGER, split VARCHAR, checkpoint_id VARCHAR, episodes INTEGER,
     errored INTEGER, success_rate DOUBLE, avg_reward DOUBLE, mean_steps DOUBLE,
@@ -62,6 +63,10 @@ CREATE TABLE IF NOT EXISTS iterations (
     PRIMARY KEY (benchmark, iteration));
 CREATE TABLE IF NOT EXISTS loop_starts (
     benchmark VARCHAR, run_key VARCHAR, claimed_by VARCHAR, created_at TIMESTAMP, PRIMARY KEY (benchmark, run_key));
+CREATE TABLE IF NOT EXISTS preference_pairs (
+    benchmark VARCHAR, iteration INTEGER, position INTEGER, task_id VARCHAR, chosen_id VARCHAR,
+    rejected_id VARCHAR, chosen_source VARCHAR, chosen_reward DOUBLE, rejected_reward DOUBLE,
+    method VARCHAR, created_at TIMESTAMP, PRIMARY KEY (benchmark, iteration, position));
 CREATE TABLE IF NOT EXISTS task_stats (
     benchmark VARCHAR, iteration INTEGER, task_id VARCHAR, attempts INTEGER, successes INTEGER,
     errored INTEGER, created_at TIMESTAMP, PRIMARY KEY (benchmark, iteration, task_id));
@@ -102,8 +107,11 @@ ITERATION_DECISION_COLUMNS = [
 
 TRAJ_COLUMNS = [
     "traj_id", "benchmark", "split", "iteration", "source", "task_id", "sample", "goal", "success",
-    "reward", "steps", "status", "error", "prompt_tokens", "completion_tokens", "model_id", "created_at",
+    "reward", "steps", "status", "error", "prompt_tokens", "completion_tokens", "model_id", "created_at", "method",
 ]
+# Columns added after the first release, with their DDL: a file without them gets them (default
+# value for old rows) when a Store opens it; a file of another schema is still refused.
+MIGRATIONS = {"trajectories": [("method", "VARCHAR DEFAULT 'bpo'")], "checkpoints": [("method", "VARCHAR DEFAULT 'bpo'")]}
 STEP_COLUMNS = [
     "traj_id", "t", "observation", "elaborate", "plan", "action", "next_observation", "reward",
     "done", "invalid", "prompt_tokens", "completion_tokens",
@@ -172,6 +180,19 @@ def _expected_columns() -> dict[str, list[str]]:
     return out
 
 
+def _migrate(con: duckdb.DuckDBPyConnection) -> None:
+    """Add MIGRATIONS' columns to a table that has exactly the columns before them (nothing else is touched)."""
+    expected = _expected_columns()
+    for table, added in MIGRATIONS.items():
+        have = [r[0] for r in con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' AND table_name = ? "
+            "ORDER BY ordinal_position", [table]).fetchall()]
+        names = [name for name, _ in added]
+        if have and have == [c for c in expected[table] if c not in names]:
+            for name, ddl in added:
+                con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {ddl}")
+
+
 def _check_schema(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     """Refuse, before anything is written, a file that holds another schema."""
     rows = con.execute("SELECT table_name, column_name FROM information_schema.columns "
@@ -220,11 +241,15 @@ def _create_views(con: duckdb.DuckDBPyConnection) -> None:
 class Store:
     """Plain DuckDB store; the Dagster resource only builds one of these."""
 
-    def __init__(self, path: str | Path, *, lock_timeout_s: float = 120.0) -> None:
+    def __init__(self, path: str | Path, *, lock_timeout_s: float = 120.0, method: str = "bpo") -> None:
         self.path = Path(path)
         self.lock_timeout_s = lock_timeout_s
+        # The training method (experiment arm) this store's writer belongs to: every trajectory and
+        # checkpoint it writes carries it in the `method` column (flywheel.methods names them).
+        self.method = method
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.connect() as con:
+            _migrate(con)
             _check_schema(con, self.path)
             con.execute(SCHEMA)
             _create_views(con)
@@ -293,7 +318,7 @@ class Store:
 
     # -- trajectories ----------------------------------------------------------
     @staticmethod
-    def frames(trajs: Sequence[Trajectory]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    def frames(trajs: Sequence[Trajectory], method: str = "bpo") -> tuple[pl.DataFrame, pl.DataFrame]:
         """Column-oriented frames for a bulk insert (one Arrow batch, not row-by-row)."""
         now = _now()
         traj_rows, step_rows = [], []
@@ -303,7 +328,7 @@ class Store:
                 (tid, tr.benchmark, tr.split, tr.iteration, tr.source, tr.task_id, tr.sample, _text(tr.goal),
                  tr.success, float(tr.reward), len(tr.steps), tr.status, _text(tr.error),
                  sum(s.prompt_tokens for s in tr.steps), sum(s.completion_tokens for s in tr.steps),
-                 tr.model_id, now)
+                 tr.model_id, now, method)
             )
             for t, s in enumerate(tr.steps):
                 step_rows.append(
@@ -316,7 +341,7 @@ class Store:
             "source": pl.Utf8, "task_id": pl.Utf8, "sample": pl.Int32, "goal": pl.Utf8,
             "success": pl.Boolean, "reward": pl.Float64, "steps": pl.Int32, "status": pl.Utf8,
             "error": pl.Utf8, "prompt_tokens": pl.Int64, "completion_tokens": pl.Int64,
-            "model_id": pl.Utf8, "created_at": pl.Datetime("us"),
+            "model_id": pl.Utf8, "created_at": pl.Datetime("us"), "method": pl.Utf8,
         }
         step_schema = {
             "traj_id": pl.Utf8, "t": pl.Int32, "observation": pl.Utf8, "elaborate": pl.Utf8,
@@ -337,7 +362,7 @@ class Store:
         `replace_scope` (e.g. benchmark/iteration/source/split) deletes a partition's
         previous rows first, so a re-run replaces the partition instead of adding to it.
         """
-        traj_df, step_df = self.frames(trajs)
+        traj_df, step_df = self.frames(trajs, self.method)
         with self.transaction() as con:
             if replace_scope:
                 _delete_scope(con, replace_scope)
@@ -459,9 +484,10 @@ class Store:
 
     # -- checkpoints and evaluations -------------------------------------------
     def record_checkpoint(self, row: dict[str, Any]) -> None:
-        row = {**row, "lineage": json.dumps(row.get("lineage", {}), default=str), "created_at": _now()}
+        row = {"method": self.method, **row, "lineage": json.dumps(row.get("lineage", {}), default=str),
+               "created_at": _now()}
         cols = ["checkpoint_id", "benchmark", "iteration", "path", "base_model", "n_examples",
-                "n_trajectories", "train_loss", "lineage", "created_at"]
+                "n_trajectories", "train_loss", "lineage", "created_at", "method"]
         with self.transaction() as con:
             con.execute("DELETE FROM checkpoints WHERE checkpoint_id = ?", [row["checkpoint_id"]])
             con.execute(
@@ -577,6 +603,30 @@ class Store:
             params.append(before_iteration)
         return self.query(f"SELECT * FROM task_stats WHERE {where} ORDER BY iteration, task_id", params)
 
+    # -- baselines: DPO preference pairs (chosen vs rejected trajectory of one task) -------------
+    def write_preference_pairs(self, benchmark: str, iteration: int, rows: Sequence[dict[str, Any]]) -> None:
+        """Replace (benchmark, k)'s pairs; rows carry task_id, chosen_id, rejected_id, chosen_source and rewards."""
+        now = _now()
+        with self.transaction() as con:
+            con.execute("DELETE FROM preference_pairs WHERE benchmark = ? AND iteration = ?", [benchmark, iteration])
+            for i, r in enumerate(rows):
+                con.execute("INSERT INTO preference_pairs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            [benchmark, iteration, i, r["task_id"], r["chosen_id"], r["rejected_id"],
+                             r["chosen_source"], r["chosen_reward"], r["rejected_reward"], self.method, now])
+
+    def preference_pairs(self, benchmark: str, iteration: int) -> list[dict[str, Any]]:
+        df = self.query("SELECT * FROM preference_pairs WHERE benchmark = ? AND iteration = ? ORDER BY position",
+                        [benchmark, iteration])
+        return list(df.iter_rows(named=True))
+
+    def step_tokens(self, benchmark: str, iteration: int, split: str) -> list[dict[str, Any]]:
+        """Per evaluation episode of checkpoint k (sample 0, not errored): steps, prompt and completion tokens."""
+        df = self.query(
+            "SELECT task_id, steps, prompt_tokens, completion_tokens, success FROM trajectories WHERE benchmark = ? "
+            "AND iteration = ? AND split = ? AND source = 'policy' AND status = 'ok' AND sample = 0 ORDER BY task_id",
+            [benchmark, iteration, split])
+        return list(df.iter_rows(named=True))
+
     # -- teacher cache ---------------------------------------------------------
     def cache_get(self, key: str) -> str | None:
         df = self.query("SELECT response FROM teacher_cache WHERE key = ?", [key])
@@ -586,3 +636,63 @@ class Store:
         with self.transaction() as con:
             con.execute("DELETE FROM teacher_cache WHERE key = ?", [key])
             con.execute("INSERT INTO teacher_cache VALUES (?, ?, ?, ?)", [key, model, _text(response), _now()])
+
+    # -- reports: what experiments and comparisons read ---------------------------
+    def policy_outcomes(self, benchmark: str, iteration: int, split: str) -> dict[str, tuple[bool, float]]:
+        """(success, reward) per task of checkpoint k's evaluation episodes (sample 0, not errored)."""
+        df = self.query(
+            "SELECT task_id, success, reward FROM trajectories WHERE benchmark = ? AND iteration = ? AND split = ? "
+            "AND source = 'policy' AND status = 'ok' AND sample = 0",
+            [benchmark, iteration, split],
+        )
+        return {r["task_id"]: (bool(r["success"]), float(r["reward"] or 0.0)) for r in df.iter_rows(named=True)}
+
+    def evaluation_rows(self, benchmark: str) -> list[dict[str, Any]]:
+        df = self.query("SELECT * FROM evaluations WHERE benchmark = ? ORDER BY iteration, split", [benchmark])
+        return list(df.iter_rows(named=True))
+
+    def checkpoint_rows(self, benchmark: str) -> list[dict[str, Any]]:
+        """The latest recorded checkpoint of each iteration."""
+        df = self.query(
+            "SELECT * FROM checkpoints WHERE benchmark = ? QUALIFY row_number() OVER "
+            "(PARTITION BY iteration ORDER BY created_at DESC) = 1 ORDER BY iteration",
+            [benchmark],
+        )
+        return list(df.iter_rows(named=True))
+
+    def rollout_summary(self, benchmark: str) -> list[dict[str, Any]]:
+        """Per iteration k: training rollouts played, successes, errored, tasks tried and solved."""
+        df = self.query(
+            "SELECT iteration, count(*) AS episodes, count(*) FILTER (WHERE status = 'ok' AND success) AS successes, "
+            "count(*) FILTER (WHERE status <> 'ok') AS errored, count(DISTINCT task_id) AS tasks, "
+            "count(DISTINCT task_id) FILTER (WHERE status = 'ok' AND success) AS tasks_solved, "
+            "sum(prompt_tokens + completion_tokens) AS tokens "
+            "FROM trajectories WHERE benchmark = ? AND source = 'policy' AND split = 'train' "
+            "GROUP BY iteration ORDER BY iteration",
+            [benchmark],
+        )
+        return list(df.iter_rows(named=True))
+
+    def rollout_task_outcomes(self, benchmark: str, iteration: int) -> dict[str, tuple[int, int]]:
+        """(attempts, successes) per training task in iteration k's rollouts (errored excluded)."""
+        df = self.query(
+            "SELECT task_id, count(*) AS attempts, count(*) FILTER (WHERE success) AS successes FROM trajectories "
+            "WHERE benchmark = ? AND iteration = ? AND source = 'policy' AND split = 'train' AND status = 'ok' "
+            "GROUP BY task_id",
+            [benchmark, iteration],
+        )
+        return {r["task_id"]: (int(r["attempts"]), int(r["successes"])) for r in df.iter_rows(named=True)}
+
+    def seed_task_ids(self, benchmark: str) -> list[str]:
+        """Training tasks covered by a teacher (seed) trajectory."""
+        df = self.query(
+            "SELECT DISTINCT task_id FROM trajectories WHERE benchmark = ? AND source = 'teacher' ORDER BY 1", [benchmark]
+        )
+        return df["task_id"].to_list()
+
+    def gated_task_ids(self, benchmark: str, iteration: int) -> list[str]:
+        """Distinct tasks of the trajectories gate k let through."""
+        df = self.query(
+            "SELECT DISTINCT task_id FROM gated WHERE benchmark = ? AND iteration = ? ORDER BY 1", [benchmark, iteration]
+        )
+        return df["task_id"].to_list()

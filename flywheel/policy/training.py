@@ -39,6 +39,8 @@ class TrainConfig:
     order: Literal["shuffle", "given"] = "shuffle"
     history_window: int | None = None
     max_observation_chars: int | None = None
+    # Prompt shape (flywheel.prompting): "fused" quaternions, or "react" (full-history ReAct baseline).
+    history_mode: str = "fused"
     # bf16 autocast: None = on for CUDA and for CPUs with native bf16 (AMX / AVX512-BF16), where it
     # measured ~1.7x faster than fp32 for SmolLM2 SFT on this project's 2-core machine.
     bf16: bool | None = None
@@ -69,6 +71,7 @@ def sft_examples(
     *,
     history_window: int | None = None,
     max_observation_chars: int | None = None,
+    history_mode: str = "fused",
 ) -> list[dict]:
     """Prompt/completion rows, in the trajectories' order, one per step."""
     rows = []
@@ -77,15 +80,20 @@ def sft_examples(
             prompt = build_messages(
                 instructions(tr), tr.initial_observation, history_from_steps(tr.steps, upto=t),
                 history_window=history_window, max_observation_chars=max_observation_chars,
+                history_mode=history_mode,
             )
-            completion = [{"role": "assistant", "content": format_response(step.elaborate, step.plan, step.action)}]
+            answer = format_response(step.elaborate, step.plan, step.action, history_mode=history_mode)
+            completion = [{"role": "assistant", "content": answer}]
             rows.append({"prompt": prompt, "completion": completion, "task_id": tr.task_id, "t": t})
     return rows
 
 
 def training_fingerprint(base_model: str | Path, examples: list[dict], cfg: TrainConfig) -> str:
     """Identity of a training job: same base model, examples (in order) and config -> same fingerprint."""
-    payload = json.dumps({"base_model": str(base_model), "config": asdict(cfg),
+    config = asdict(cfg)
+    if config.get("history_mode") == "fused":  # the default: fingerprints from before the field stay valid
+        config.pop("history_mode")
+    payload = json.dumps({"base_model": str(base_model), "config": config,
                           "examples": [[r["prompt"], r["completion"]] for r in examples]}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
 

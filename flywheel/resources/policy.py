@@ -7,6 +7,7 @@ from pydantic import PrivateAttr
 from flywheel.failures import setup_fails_once
 from flywheel.policy.inference import Generator, OpenAICompatibleGenerator, TransformersGenerator
 from flywheel.policy.training import TrainConfig, TrainResult, train_sft
+from flywheel.prompting import check_history_mode
 from flywheel.resources.ray_cluster import RayConfig, check_backend
 from flywheel.rollout import RolloutConfig
 from flywheel.settings import REPO_ROOT, default_base_model, runs_dir
@@ -34,6 +35,8 @@ class PolicyResource(dg.ConfigurableResource):
     parallel_envs: int = 8
     history_window: int | None = None
     max_observation_chars: int | None = None
+    # Prompt shape for SFT and rollouts alike: "fused" (BPO) or "react" (full-history ReAct baselines).
+    history_mode: str = "fused"
     seed: int = 0
     # Where rollouts and SFT run: "local" (this process) or "ray" (the cluster in `ray`; README "Scaling out on Ray").
     rollout_backend: str = "local"
@@ -55,7 +58,7 @@ class PolicyResource(dg.ConfigurableResource):
             epochs=self.epochs, learning_rate=self.learning_rate, batch_size=self.batch_size,
             max_length=self.max_length, max_steps=self.max_train_steps, lora=self.lora, lora_r=self.lora_r,
             lora_alpha=2 * self.lora_r, seed=self.seed, history_window=self.history_window,
-            max_observation_chars=self.max_observation_chars,
+            max_observation_chars=self.max_observation_chars, history_mode=check_history_mode(self.history_mode),
         )
 
     def rollout_config(self, *, evaluation: bool = False, max_steps: int | None = None) -> RolloutConfig:
@@ -63,7 +66,8 @@ class PolicyResource(dg.ConfigurableResource):
             temperature=self.eval_temperature if evaluation else self.temperature,
             max_new_tokens=self.max_new_tokens, parallel_envs=self.parallel_envs, max_steps=max_steps,
             history_window=self.history_window, max_observation_chars=self.max_observation_chars,
-            seed=self.seed, backend=check_backend(self.rollout_backend, "policy.rollout_backend"),  # type: ignore[arg-type]
+            history_mode=check_history_mode(self.history_mode), seed=self.seed,
+            backend=check_backend(self.rollout_backend, "policy.rollout_backend"),  # type: ignore[arg-type]
             ray=self.ray_options() if self.rollout_backend == "ray" else None,
         )
 

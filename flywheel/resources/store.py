@@ -8,6 +8,8 @@ class StoreResource(dg.ConfigurableResource):
     """The DuckDB file that holds tasks, trajectories, steps, checkpoints and evaluations."""
 
     path: str = str(runs_dir() / "flywheel.duckdb")
+    # Written into the `method` column of every trajectory and checkpoint (an experiment sets its arm's method).
+    method: str = "bpo"
 
     def get(self) -> Store:
-        return Store(self.path)
+        return Store(self.path, method=self.method)

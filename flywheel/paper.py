@@ -1,0 +1,389 @@
+"""The paper's tables regenerated from an experiment's stores: `flywheel paper EXPERIMENT` (and the
+`paper_report` asset) writes paper.md, paper.json and fig2_success_by_complexity.png.
+
+- Table 1: success (ALFWorld, ScienceWorld seen/unseen) and average reward (WebShop) per method.
+- Table 2: the stage ablation: base, +stage 1, +stage 2, +stage 3 (k = 1..K).
+- Table 4: SFT vs SFT+DPO vs SFT+GRPO vs BPO (ScienceWorld when given, else the experiment's benchmark).
+- Table 5: tokens per step and success, fused vs full-history long thoughts (bpo-stage1 vs react-sft at k=0:
+  the same expert data, the same SFT, only the prompt differs).
+- Fig. 2: success by complexity bucket (gold path length; ScienceWorld hard = more than 17 steps).
+
+Each method's row is its last evaluated checkpoint. Every cell has n and a 95% interval: success rates
+with Wilson intervals, mean rewards and tokens per step with a bootstrap over episodes (2,000
+resamples, seeded), differences paired over the same tasks (`flywheel.quality.paired_difference`).
+Reads the stores only; writes nothing to them.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from flywheel.experiment import RESULTS_DIR, Preset, load_preset
+from flywheel.methods import METHODS
+from flywheel.quality import paired_difference, wilson_interval
+from flywheel.settings import runs_dir
+from flywheel.store import Store
+from flywheel.validation import ConfigurationError
+
+BENCH_COLUMNS = [("alfworld", "seen", "ALFWorld seen"), ("alfworld", "unseen", "ALFWorld unseen"),
+                 ("scienceworld", "seen", "ScienceWorld seen"), ("scienceworld", "unseen", "ScienceWorld unseen"),
+                 ("webshop", "unseen", "WebShop avg reward")]
+NOTES = [
+    "ScienceWorld unseen is the 211-task test index released with ETO (the paper prints 241 tasks).",
+    "WebShop runs on the stand-in catalog built from items_ins_v2_1000.json (the original product files "
+    "cannot be fetched here); its number is the average reward over the test goals played.",
+    "The policy is SmolLM2-135M trained on CPU (the paper trains Llama-3.1-8B and others on GPUs); the "
+    "preset's limits (tasks, steps, SFT steps) are far below the paper's.",
+    "The teacher is the scripted teacher (templated long thoughts and plans) unless the preset configures an "
+    "OpenAI-compatible endpoint.",
+    "Each method's row is its last evaluated checkpoint; rates are Wilson 95% intervals, means and tokens per "
+    "step have a 95% bootstrap interval over episodes, differences are paired over the same tasks.",
+]
+BOOT = 2000
+
+
+def default_dirs(experiment: str, runs: str | Path | None = None, results: str | Path | None = None
+                 ) -> tuple[Path, Path]:
+    preset = load_preset(experiment)
+    return (Path(runs) if runs else runs_dir() / "experiments" / preset.name,
+            Path(results) if results else RESULTS_DIR / preset.name / "paper")
+
+
+# -- statistics ------------------------------------------------------------------------------
+def rate(successes: int, n: int) -> dict[str, Any]:
+    lo, hi = wilson_interval(successes, n)
+    return {"n": n, "successes": successes, "rate": successes / n if n else None, "ci_low": lo, "ci_high": hi}
+
+
+def bootstrap_ratio(nums: list[float], dens: list[float], *, seed: int = 0) -> dict[str, Any]:
+    """sum(nums)/sum(dens) with a 95% percentile bootstrap over the items (episodes)."""
+    n = len(nums)
+    if not n or not sum(dens):
+        return {"n": n, "value": None, "ci_low": None, "ci_high": None}
+    value = sum(nums) / sum(dens)
+    rng = random.Random(seed)
+    stats = []
+    for _ in range(BOOT):
+        idx = [rng.randrange(n) for _ in range(n)]
+        d = sum(dens[i] for i in idx)
+        if d:
+            stats.append(sum(nums[i] for i in idx) / d)
+    stats.sort()
+    return {"n": n, "value": value, "ci_low": stats[int(0.025 * len(stats))],
+            "ci_high": stats[min(len(stats) - 1, int(0.975 * len(stats)))]}
+
+
+# -- reading an arm --------------------------------------------------------------------------
+def _buckets(db: Store, benchmark: str, k: int) -> list[dict[str, Any]]:
+    try:
+        df = db.query("SELECT split, bucket, lo, hi, episodes, successes FROM eval_buckets WHERE benchmark = ? "
+                      "AND iteration = ? ORDER BY split, lo NULLS FIRST", [benchmark, k])
+    except Exception:  # noqa: BLE001 - a store whose evaluation never ran has no eval_buckets table
+        return []
+    return list(df.iter_rows(named=True))
+
+
+def arm_checkpoints(db: Store, benchmark: str) -> dict[int, dict[str, Any]]:
+    """Per evaluated k: per split success (Wilson), mean reward and tokens/step (bootstrap), per-task outcomes."""
+    out: dict[int, dict[str, Any]] = {}
+    for row in db.evaluation_rows(benchmark):
+        k, split = int(row["iteration"]), row["split"]
+        outcomes = db.policy_outcomes(benchmark, k, split)
+        eps = db.step_tokens(benchmark, k, split)
+        rewards = [r for _, r in outcomes.values()]
+        steps = [float(e["steps"]) for e in eps]
+        entry = out.setdefault(k, {"k": k, "splits": {}, "checkpoint_id": row["checkpoint_id"]})
+        entry["splits"][split] = {
+            "success": rate(sum(ok for ok, _ in outcomes.values()), len(outcomes)),
+            "reward": bootstrap_ratio(rewards, [1.0] * len(rewards)),
+            "prompt_tokens_per_step": bootstrap_ratio([float(e["prompt_tokens"]) for e in eps], steps),
+            "tokens_per_step": bootstrap_ratio([float(e["prompt_tokens"] + e["completion_tokens"]) for e in eps], steps),
+            "mean_steps": bootstrap_ratio(steps, [1.0] * len(steps)),
+            "outcomes": {t: ok for t, (ok, _) in outcomes.items()},
+        }
+        entry["buckets"] = _buckets(db, benchmark, k)
+    return out
+
+
+def collect(presets: list[tuple[Preset, Path]]) -> dict[str, Any]:
+    """Every arm of every preset that has a store: its method, prompt shape and evaluated checkpoints."""
+    arms: list[dict[str, Any]] = []
+    for preset, runs in presets:
+        for arm in preset.arms:
+            db_path = runs / arm / "flywheel.duckdb"
+            sections = preset.arm_sections(arm)
+            entry = {"preset": preset.name, "arm": arm, "benchmark": preset.benchmark, "method": preset.method(arm),
+                     "history_mode": sections.get("policy", {}).get("history_mode", "fused"), "checkpoints": {}}
+            if db_path.exists():
+                entry["checkpoints"] = arm_checkpoints(Store(db_path), preset.benchmark)
+            arms.append(entry)
+    return {"arms": arms, "presets": [p.name for p, _ in presets]}
+
+
+# -- tables ----------------------------------------------------------------------------------
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def _rate_cell(r: dict[str, Any] | None) -> str:
+    if not r or not r["n"]:
+        return "-"
+    return f"{_pct(r['rate'])} [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}] (n={r['n']})"
+
+
+def _mean_cell(r: dict[str, Any] | None, scale: float = 1.0, digits: int = 3) -> str:
+    if not r or r["value"] is None:
+        return "-"
+    return f"{scale * r['value']:.{digits}f} [{scale * r['ci_low']:.{digits}f}, {scale * r['ci_high']:.{digits}f}] (n={r['n']})"
+
+
+def _diff_cell(d: dict[str, Any] | None) -> str:
+    if not d or not d["n"]:
+        return "-"
+    return (f"{100 * d['delta']:+.1f} [{100 * d['ci_low']:+.1f}, {100 * d['ci_high']:+.1f}] (n={d['n']}, "
+            f"+{d['gained']}/-{d['lost']}, p={d['mcnemar_p']:.2g})")
+
+
+def _md(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])
+
+
+def _label(arm: dict[str, Any], k: int | None = None, *, with_arm: bool = False) -> str:
+    label = METHODS[arm["method"]]["label"]
+    if with_arm or arm["arm"] not in (arm["method"], label):
+        label += f" (`{arm['arm']}`)"
+    return label + (f", k={k}" if k is not None else "")
+
+
+def _final(arm: dict[str, Any]) -> dict[str, Any] | None:
+    return arm["checkpoints"][max(arm["checkpoints"])] if arm["checkpoints"] else None
+
+
+def _all_outcomes(ck: dict[str, Any]) -> dict[str, bool]:
+    return {f"{s}/{t}": ok for s, v in ck["splits"].items() for t, ok in v["outcomes"].items()}
+
+
+def _paired(new: dict[str, Any] | None, old: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not new or not old:
+        return None
+    return paired_difference(_all_outcomes(new), _all_outcomes(old), n_boot=BOOT)
+
+
+def table1(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    by_method: dict[tuple[str, str], dict[tuple[str, str], str]] = {}
+    for arm in data["arms"]:
+        ck = _final(arm)
+        row = by_method.setdefault((arm["method"], arm["arm"]), {})
+        for bench, split, _ in BENCH_COLUMNS:
+            if arm["benchmark"] != bench or not ck:
+                continue
+            s = ck["splits"].get(split)
+            if s is None:
+                continue
+            row[(bench, split)] = (_mean_cell(s["reward"]) if bench == "webshop"
+                                   else _rate_cell(s["success"])) + f" k={ck['k']}"
+    order = list(METHODS)
+    rows = []
+    for (method, arm_name), cells in sorted(by_method.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1])):
+        arm = {"method": method, "arm": arm_name}
+        rows.append([_label(arm)] + [cells.get((b, s), "not run") for b, s, _ in BENCH_COLUMNS])
+    return ["method"] + [c for _, _, c in BENCH_COLUMNS], rows
+
+
+def _arms(data: dict[str, Any], *methods: str, benchmark: str | None = None) -> list[dict[str, Any]]:
+    return [a for a in data["arms"] if a["method"] in methods and a["checkpoints"]
+            and (benchmark is None or a["benchmark"] == benchmark)]
+
+
+def _splits(arms: list[dict[str, Any]]) -> list[str]:
+    seen: list[str] = []
+    for a in arms:
+        for ck in a["checkpoints"].values():
+            seen += [s for s in ck["splits"] if s not in seen]
+    return sorted(seen, key=lambda s: ("seen", "unseen").index(s) if s in ("seen", "unseen") else 2)
+
+
+def table2(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[str]]]:
+    rows_ck: list[tuple[str, dict[str, Any]]] = []
+    for method, name in (("base", "base"), ("bpo-stage1", "+ stage 1"), ("bpo-stage2", "+ stage 2")):
+        for a in _arms(data, method, benchmark=benchmark):
+            rows_ck.append((name + ("" if a["arm"] == method else f" (`{a['arm']}`)"), _final(a)))
+    for a in _arms(data, "bpo-stage3", "bpo", benchmark=benchmark):
+        for k in sorted(a["checkpoints"]):
+            if k >= 1:
+                rows_ck.append((f"+ stage 3, k={k}" + ("" if a["arm"] in ("bpo-stage3", "bpo") else f" (`{a['arm']}`)"),
+                                a["checkpoints"][k]))
+    splits = _splits([a for a in data["arms"] if a["benchmark"] == benchmark])
+    rows, prev = [], None
+    for name, ck in rows_ck:
+        rows.append([name] + [_rate_cell(ck["splits"].get(s, {}).get("success")) for s in splits]
+                    + [_diff_cell(_paired(ck, prev))])
+        prev = ck
+    return ["row"] + [f"{s} success % [95% CI]" for s in splits] + ["vs row above, pts (paired, all splits)"], rows
+
+
+def table4(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[str]]]:
+    sft = next(iter(_arms(data, "react-sft", benchmark=benchmark)), None)
+    sft_ck = _final(sft) if sft else None
+    rows_arm = [("SFT (ReAct)", "react-sft"), ("SFT + DPO (ETO)", "eto-dpo"), ("SFT + GRPO", "grpo"),
+                ("BPO (stage 3)", "bpo-stage3"), ("BPO", "bpo")]
+    splits = _splits([a for a in data["arms"] if a["benchmark"] == benchmark])
+    rows = []
+    for name, method in rows_arm:
+        for a in _arms(data, method, benchmark=benchmark):
+            ck = _final(a)
+            rows.append([f"{name}" + ("" if a["arm"] == method else f" (`{a['arm']}`)") + f", k={ck['k']}"]
+                        + [_rate_cell(ck["splits"].get(s, {}).get("success")) for s in splits]
+                        + [_diff_cell(_paired(ck, sft_ck)) if method != "react-sft" else "-"])
+    return ["method"] + [f"{s} success % [95% CI]" for s in splits] + ["vs SFT, pts (paired, all splits)"], rows
+
+
+def table5(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[str]]]:
+    pick = _arms(data, "bpo-stage1", benchmark=benchmark) + _arms(data, "react-sft", benchmark=benchmark)
+    if not pick:  # any k=0 SFT of either prompt shape
+        pick = [a for a in data["arms"] if a["benchmark"] == benchmark and 0 in a["checkpoints"]
+                and a["method"] != "base"]
+    splits = _splits(pick)
+    rows = []
+    for a in pick:
+        if 0 not in a["checkpoints"]:
+            continue
+        ck = a["checkpoints"][0]
+        mode = "fused (plan + action history)" if a["history_mode"] == "fused" else "full history (ReAct, long thoughts)"
+        for s in splits:
+            v = ck["splits"].get(s)
+            if v:
+                rows.append([_label(a, 0), mode, s, _mean_cell(v["prompt_tokens_per_step"], digits=0),
+                             _mean_cell(v["tokens_per_step"], digits=0), _mean_cell(v["mean_steps"], digits=2),
+                             _rate_cell(v["success"])])
+    return ["method", "prompt", "split", "prompt tokens/step [95% CI] (n episodes)", "tokens/step [95% CI]",
+            "steps/episode", "success % [95% CI]"], rows
+
+
+def fig2_rows(data: dict[str, Any], benchmark: str) -> list[dict[str, Any]]:
+    """Per method (last checkpoint) and bucket: successes / episodes summed over the evaluation splits."""
+    out = []
+    for a in data["arms"]:
+        ck = _final(a)
+        if a["benchmark"] != benchmark or not ck:
+            continue
+        agg: dict[str, list[Any]] = {}
+        for b in ck["buckets"]:
+            cell = agg.setdefault(b["bucket"], [0, 0, b["lo"], b["hi"]])
+            cell[0] += int(b["successes"])
+            cell[1] += int(b["episodes"])
+        for bucket, (s, n, lo, hi) in agg.items():
+            out.append({"arm": a["arm"], "method": a["method"], "label": _label(a, ck["k"]), "bucket": bucket,
+                        "gold_steps": _range(lo, hi), **rate(s, n)})
+    return out
+
+
+def _range(lo: float | None, hi: float | None) -> str:
+    if lo is None and hi is None:
+        return "no gold path"
+    if lo is None:
+        return f"<= {hi:g}"
+    return f"> {lo:g}" if hi is None else f"{lo:g} < n <= {hi:g}"
+
+
+def render_fig2(rows: list[dict[str, Any]], out: Path, benchmark: str) -> bool:
+    if not rows:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    buckets = [b for b in ("easy", "medium", "hard", "unknown") if any(r["bucket"] == b for r in rows)]
+    labels = list(dict.fromkeys(r["label"] for r in rows))
+    width = 0.8 / max(1, len(labels))
+    fig, ax = plt.subplots(figsize=(max(7, 1.6 * len(buckets) * max(1, len(labels)) / 3), 4.5))
+    for i, label in enumerate(labels):
+        xs, ys, lo, hi = [], [], [], []
+        for j, b in enumerate(buckets):
+            r = next((r for r in rows if r["label"] == label and r["bucket"] == b), None)
+            if r and r["n"]:
+                xs.append(j - 0.4 + width * (i + 0.5))
+                ys.append(100 * r["rate"])
+                lo.append(max(0.0, 100 * (r["rate"] - r["ci_low"])))
+                hi.append(max(0.0, 100 * (r["ci_high"] - r["rate"])))
+        ax.bar(xs, ys, width=width, yerr=[lo, hi], capsize=3, label=label)
+    names = {b: f"{b}\n{next(r['gold_steps'] for r in rows if r['bucket'] == b)} gold steps" for b in buckets}
+    ax.set_xticks(range(len(buckets)), [names[b] for b in buckets])
+    ax.set_ylabel("success % (95% Wilson CI)")
+    ax.set_title(f"Fig. 2: success by task complexity ({benchmark})")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def render(data: dict[str, Any], presets: list[Preset]) -> str:
+    benches = list(dict.fromkeys(p.benchmark for p in presets))
+    sw = "scienceworld" if "scienceworld" in benches else benches[0]
+    parts = [f"# The paper's tables: {', '.join(data['presets'])}", "",
+             "Regenerated by `flywheel paper " + " ".join(data["presets"]) + "` from the experiments' stores. "
+             "Cells: value [95% interval] (n). Success rates in percent with Wilson intervals; WebShop average "
+             "reward, tokens per step and steps per episode with a 95% bootstrap interval over episodes; "
+             "differences in points, paired over the same tasks (bootstrap interval, tasks gained/lost, exact "
+             "McNemar p).", ""]
+    h, r = table1(data)
+    parts += ["## Table 1: main results (last checkpoint of each method)", "", _md(h, r), ""]
+    for b in benches:
+        h, r = table2(data, b)
+        parts += [f"## Table 2: stage ablation ({b})", "", _md(h, r) if r else "No ablation arms were run.", ""]
+    h, r = table4(data, sw)
+    parts += [f"## Table 4: SFT vs SFT+DPO vs SFT+GRPO vs BPO ({sw})", ""]
+    if sw != "scienceworld":
+        parts += ["(No ScienceWorld experiment given: shown on this benchmark.)", ""]
+    parts += [_md(h, r) if r else "No SFT/DPO/GRPO/BPO arms were run.", ""]
+    for b in benches:
+        h, r = table5(data, b)
+        parts += [f"## Table 5: fused vs full-history long thoughts ({b}, k=0: same expert data, only the prompt "
+                  "differs)", "", _md(h, r) if r else "No k=0 SFT arms were run.", ""]
+    for b in benches:
+        rows = data["fig2"].get(b, [])
+        parts += [f"## Fig. 2: success by complexity bucket ({b}; gold path length)", ""]
+        parts += [_md(["method", "bucket", "gold steps", "success % [95% CI]"],
+                      [[x["label"], x["bucket"], x["gold_steps"], _rate_cell(x)] for x in rows]) if rows
+                  else "No bucketed evaluation yet.", ""]
+        if data["figures"].get(b):
+            parts += [f"![Fig. 2]({data['figures'][b]})", ""]
+    notes = NOTES + [n for p in presets for n in p.notes]
+    parts += ["## What differs from the paper", ""] + [f"- {n}" for n in dict.fromkeys(notes)] + [""]
+    return "\n".join(parts)
+
+
+def write_paper(experiments: str | list[str], *, runs: Path | None = None, results: Path | None = None
+                ) -> dict[str, Any]:
+    """paper.md, paper.json and the Fig. 2 PNG(s) for one or more experiments into `results`."""
+    names = [experiments] if isinstance(experiments, str) else list(experiments)
+    if runs is not None and len(names) > 1:
+        raise ConfigurationError("--runs-dir names one experiment's runs; give one experiment with it")
+    loaded = []
+    for name in names:
+        preset = load_preset(name)
+        r, _ = default_dirs(name, runs, results)
+        loaded.append((preset, r))
+    results = results or (RESULTS_DIR / loaded[0][0].name / "paper" if len(names) == 1
+                          else RESULTS_DIR / ("paper-" + "-".join(p.name for p, _ in loaded)))
+    results.mkdir(parents=True, exist_ok=True)
+    data = collect(loaded)
+    data["fig2"], data["figures"] = {}, {}
+    for bench in dict.fromkeys(p.benchmark for p, _ in loaded):
+        rows = fig2_rows(data, bench)
+        data["fig2"][bench] = rows
+        name = "fig2_success_by_complexity.png" if len(loaded) == 1 else f"fig2_success_by_complexity_{bench}.png"
+        if render_fig2(rows, results / name, bench):
+            data["figures"][bench] = name
+    md = render(data, [p for p, _ in loaded])
+    (results / "paper.md").write_text(md + "\n")
+    (results / "paper.json").write_text(json.dumps(data, indent=1, default=str))
+    data["methods"] = sorted({a["method"] for a in data["arms"]})
+    data["results_dir"] = str(results)
+    return data

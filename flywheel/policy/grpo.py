@@ -1,0 +1,201 @@
+"""Multi-turn GRPO with the episode reward: G rollouts per task, group-normalised advantages on every agent turn.
+
+The rollouts are played by the project's own batched engine (`flywheel.rollout`), in the real
+envs, like every other method's; each episode is one ReAct chat transcript
+(`flywheel.policy.dpo.transcript`). For a task's group of G episodes with rewards r_i,
+A_i = (r_i - mean(r)) / (std(r) + eps) (TRL's `scale_rewards="group"`), and A_i weighs every
+token of every agent turn of episode i (observation turns are masked out). The loss is TRL
+GRPO's clipped surrogate, normalised over all agent tokens of the batch (its "dapo"/token-level
+normalisation), with beta = 0 (no KL term, TRL's default):
+
+    L = -sum_tokens min(rho * A, clip(rho, 1 - eps, 1 + eps) * A) / n_tokens,  rho = pi / pi_rollout
+
+With one pass over the data (`epochs=1`) rho = 1 and the step is the plain policy gradient.
+Groups whose rewards are all equal carry no signal (A = 0) and are left out.
+
+Why not TRL's GRPOTrainer: it generates inside the trainer, one completion per prompt; its
+multi-turn paths are tool calling (`environment_factory`, which needs a tool-calling chat
+template and envs exposed as tool methods; our envs take free-text actions and SmolLM2-135M's
+template has no tools) and an experimental `rollout_func`. Driving ScienceWorld/WebShop/ALFWorld
+episodes of up to 30-50 turns through either would bypass the engine, store and resumable
+rollouts every other method uses. So the rollouts stay in the harness, and the update uses TRL's
+own pieces: `selective_log_softmax` for per-token log-probs and `pad` for batching.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from flywheel.policy.dpo import agent_tokens, transcript
+from flywheel.trajectory import Trajectory
+
+log = logging.getLogger(__name__)
+
+
+class NoLearningSignal(ValueError):
+    """Every group's rewards were equal (or no group had two episodes): the gradient is zero."""
+
+
+@dataclass(frozen=True)
+class GRPOSettings:
+    learning_rate: float = 1e-5
+    epochs: int = 1  # passes over the rollouts (TRL's num_iterations); > 1 makes the clip matter
+    clip: float = 0.2  # epsilon of the clipped ratio
+    batch_size: int = 4  # transcripts per optimiser step
+    max_length: int = 3072  # transcripts longer than this are dropped, never truncated
+    max_observation_chars: int | None = None
+    seed: int = 0
+    scale_rewards: bool = True  # divide by the group's std (GRPO); False: only centre (Dr. GRPO)
+
+
+@dataclass(frozen=True)
+class GRPOResult:
+    path: str
+    n_trajectories: int  # with a non-zero advantage, trained on
+    n_groups: int  # groups with a learning signal
+    n_dropped: int  # too long
+    train_loss: float
+    steps: int
+    mean_reward: float
+
+
+def group_advantages(trajs: Sequence[Trajectory], *, scale_rewards: bool = True, eps: float = 1e-4
+                     ) -> list[tuple[Trajectory, float]]:
+    """(trajectory, advantage) for every non-errored episode, grouped by task (errored episodes are left out)."""
+    groups: dict[str, list[Trajectory]] = {}
+    for t in trajs:
+        if t.status == "ok" and t.steps:
+            groups.setdefault(t.task_id, []).append(t)
+    out: list[tuple[Trajectory, float]] = []
+    for task_id in sorted(groups):
+        group = groups[task_id]
+        rewards = [float(t.reward) for t in group]
+        mean = sum(rewards) / len(rewards)
+        std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (len(rewards) - 1)) if len(rewards) > 1 else 0.0
+        for t, r in zip(group, rewards, strict=True):
+            adv = (r - mean) / (std + eps) if scale_rewards else r - mean
+            out.append((t, adv if std > 0 else 0.0))
+    return out
+
+
+def token_logps(model, input_ids, attention_mask):
+    """log pi(token_j | tokens_<j) for j >= 1, with TRL's selective_log_softmax."""
+    from trl.trainer.utils import selective_log_softmax
+
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1]
+    return selective_log_softmax(logits.float(), input_ids[:, 1:])
+
+
+def clipped_loss(logps, old_logps, advantages, mask, clip: float):
+    """TRL GRPO's clipped surrogate, token-level normalised; `mask` selects the agent's tokens."""
+    import torch
+
+    ratio = torch.exp(logps - old_logps)
+    adv = advantages.unsqueeze(1)
+    per_token = -torch.minimum(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)
+    return (per_token * mask).sum() / mask.sum().clamp_min(1)
+
+
+def collate(rows: Sequence[dict[str, Any]], pad_token_id: int):
+    import torch
+    from trl.trainer.utils import pad
+
+    ids = [torch.tensor(r["input_ids"]) for r in rows]
+    return (pad(ids, padding_value=pad_token_id, padding_side="right"),
+            pad([torch.ones_like(i) for i in ids], padding_value=0, padding_side="right"),
+            pad([torch.tensor(r["mask"][1:], dtype=torch.float32) for r in rows], padding_value=0, padding_side="right"),
+            torch.tensor([r["advantage"] for r in rows], dtype=torch.float32))
+
+
+def train_grpo(
+    start_model: str | Path,
+    trajs: Sequence[Trajectory],
+    instructions: str,
+    out_dir: str | Path,
+    cfg: GRPOSettings = GRPOSettings(),
+    *,
+    progress: Callable[[str], None] = log.info,
+) -> GRPOResult:
+    """One GRPO update of `start_model` (the policy that played `trajs`) on their group advantages; publish
+    a plain HF checkpoint at `out_dir` atomically. Raises NoLearningSignal when every advantage is 0."""
+    import torch
+
+    from flywheel.policy.models import load_model, load_tokenizer, require_model
+
+    scored = group_advantages(trajs, scale_rewards=cfg.scale_rewards)
+    useful = [(t, a) for t, a in scored if a != 0.0]
+    if not useful:
+        raise NoLearningSignal(f"no learning signal: all {len({t.task_id for t, _ in scored})} group(s) had equal "
+                               "rewards (or one episode), so every advantage is 0")
+    start = require_model(start_model)
+    tok = load_tokenizer(start)
+    rows = []
+    for t, a in useful:
+        ids, mask = agent_tokens(tok, transcript(t, instructions, max_observation_chars=cfg.max_observation_chars))
+        rows.append({"input_ids": ids, "mask": mask, "advantage": a, "task_id": t.task_id})
+    kept = [r for r in rows if len(r["input_ids"]) <= cfg.max_length]
+    dropped = len(rows) - len(kept)
+    if dropped:
+        progress(f"dropped {dropped} transcript(s) longer than max_length={cfg.max_length}")
+    if not kept:
+        raise ValueError(f"every transcript is longer than max_length={cfg.max_length}")
+    out = Path(out_dir)
+    if out.exists():
+        raise FileExistsError(f"checkpoint directory {out} already exists: checkpoints are never overwritten")
+    work = out.with_name(out.name + ".partial")
+    shutil.rmtree(work, ignore_errors=True)
+
+    torch.manual_seed(cfg.seed)
+    model = load_model(start)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    order = list(range(len(kept)))
+    batches = [order[i: i + cfg.batch_size] for i in range(0, len(order), cfg.batch_size)]
+    with torch.no_grad():  # log-probs of the policy that played the episodes (rho's denominator)
+        model.eval()
+        old = {}
+        for b in batches:
+            ids, att, _, _ = collate([kept[i] for i in b], pad_id)
+            lp = token_logps(model, ids, att)
+            for j, i in enumerate(b):
+                old[i] = lp[j]
+        model.train()
+    rng = random.Random(cfg.seed)
+    losses, steps, started = [], 0, time.monotonic()
+    for epoch in range(cfg.epochs):
+        rng.shuffle(order)
+        for s in range(0, len(order), cfg.batch_size):
+            b = order[s: s + cfg.batch_size]
+            ids, att, mask, adv = collate([kept[i] for i in b], pad_id)
+            old_lp = torch.nn.utils.rnn.pad_sequence([old[i] for i in b], batch_first=True)[:, : ids.shape[1] - 1]
+            loss = clipped_loss(token_logps(model, ids, att), old_lp, adv, mask, cfg.clip)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            steps += 1
+            losses.append(float(loss.detach()))
+            progress(f"grpo epoch {epoch + 1}/{cfg.epochs} step {steps} loss={losses[-1]:.4f} "
+                     f"({time.monotonic() - started:.0f}s)")
+    model.eval()
+    model.save_pretrained(work / "model")
+    tok.save_pretrained(work / "model")
+    groups = len({r["task_id"] for r in kept})
+    (work / "model" / "training.json").write_text(json.dumps({"grpo": asdict(cfg), "n_trajectories": len(kept),
+                                                              "n_groups": groups}))
+    (work / "model").rename(out)
+    shutil.rmtree(work, ignore_errors=True)
+    done = [t for t, _ in scored]
+    return GRPOResult(path=str(out), n_trajectories=len(kept), n_groups=groups, n_dropped=dropped,
+                      train_loss=sum(losses) / len(losses), steps=steps,
+                      mean_reward=sum(t.reward for t in done) / max(len(done), 1))
