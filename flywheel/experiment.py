@@ -242,14 +242,15 @@ class Progress:
         os.replace(tmp, self.path)
 
 
-def stage_plan(benchmark: str, iterations: int, method: str = "bpo") -> list[tuple[str, str | None, list[str]]]:
+def stage_plan(benchmark: str, iterations: int, method: str = "bpo", *,
+               evaluate_start: bool = True) -> list[tuple[str, str | None, list[str]]]:
     """(stage name, partition key or None for the benchmark partition, asset selection), in order."""
     from flywheel.partitions import partition_key
 
     if method != "bpo":  # the baselines' and ablations' stages (flywheel/methods.py)
         from flywheel.methods import method_stages
 
-        return method_stages(benchmark, iterations, method)
+        return method_stages(benchmark, iterations, method, evaluate_start=evaluate_start)
 
     plan: list[tuple[str, str | None, list[str]]] = [
         ("bootstrap", None, ["expert_trajectories", "teacher_quaternions", "synthetic_curriculum"])]
@@ -291,7 +292,9 @@ def run_arm(
     store = Store(arm_dir / "flywheel.duckdb")
     from flywheel.methods import job_for
 
-    for stage, key, selection in stage_plan(preset.benchmark, preset.iterations, preset.method(arm)):
+    evaluate_start = bool(preset.arm_sections(arm).get("method", {}).get("evaluate_start", True))
+    for stage, key, selection in stage_plan(preset.benchmark, preset.iterations, preset.method(arm),
+                                            evaluate_start=evaluate_start):
         if progress.done(stage):
             continue
         if stage.startswith("sft:") and progress.data.get("stopped"):

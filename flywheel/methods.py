@@ -54,8 +54,13 @@ def implied_sections(name: str) -> dict[str, dict[str, Any]]:
     return {s: dict(f) for s, f in METHODS[check_method(name)]["implies"].items()}
 
 
-def method_stages(benchmark: str, iterations: int, method: str = "bpo") -> list[tuple[str, str | None, list[str]]]:
-    """(stage, partition key or None for the benchmark partition, asset selection), in order."""
+def method_stages(benchmark: str, iterations: int, method: str = "bpo", *,
+                  evaluate_start: bool = True) -> list[tuple[str, str | None, list[str]]]:
+    """(stage, partition key or None for the benchmark partition, asset selection), in order.
+
+    `evaluate_start=False` skips evaluation:0 of the methods that continue from a k=0 SFT (bpo-stage3, rft,
+    eto-dpo, grpo): that SFT is trained exactly as another arm's (bpo-stage2's, react-sft's), whose k=0
+    evaluation the tables use; the SFT itself still runs (it is where k=1 starts from)."""
     from flywheel.partitions import partition_key
 
     plan = METHODS[check_method(method)]["plan"]
@@ -74,9 +79,12 @@ def method_stages(benchmark: str, iterations: int, method: str = "bpo") -> list[
             stages.append((f"sft:{k}", key(k), ["sft_checkpoint"]))
             if k < iterations:
                 stages.append((f"rollouts:{k}", key(k), ["rollouts", "gated_dataset"]))
-            stages.append((f"evaluation:{k}", key(k), ["evaluation"]))
+            if k or evaluate_start or not iterations:
+                stages.append((f"evaluation:{k}", key(k), ["evaluation"]))
         return stages
-    stages += [("sft:0", key(0), ["sft_checkpoint"]), ("evaluation:0", key(0), ["evaluation"])]
+    stages.append(("sft:0", key(0), ["sft_checkpoint"]))
+    if evaluate_start or not iterations:
+        stages.append(("evaluation:0", key(0), ["evaluation"]))
     for k in range(1, iterations + 1):
         if plan == "dpo":
             stages.append((f"rollouts:{k - 1}", key(k - 1), ["rollouts"]))

@@ -50,6 +50,11 @@ def test_methods_imply_their_settings_and_stages(tmp_path):
     assert names["bpo-stage3"] == names["rft"] == names["bpo"] == [s for s, _, _ in stage_plan("webshop", 2)]
     assert names["eto-dpo"][3:6] == ["rollouts:0", "dpo:1", "evaluation:1"] and names["eto-dpo"][-1] == "evaluation:2"
     assert names["grpo"][3:] == ["grpo:1", "evaluation:1", "grpo:2", "evaluation:2"]
+    # Continuing arms may skip evaluating their k=0 SFT (another arm trains and evaluates the same one).
+    assert [s for s, _, _ in stage_plan("webshop", 1, "grpo", evaluate_start=False)] == [
+        "bootstrap", "sft:0", "grpo:1", "evaluation:1"]
+    assert "evaluation:0" not in [s for s, _, _ in stage_plan("webshop", 1, "rft", evaluate_start=False)]
+    assert [s for s, _, _ in stage_plan("webshop", 1, "react-sft", evaluate_start=False)][-1] == "evaluation:0"
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({**MINI, "arms": {"x": {"method": "ppo"}}}))
     with pytest.raises(Exception, match="unknown method 'ppo'"):
@@ -118,3 +123,10 @@ def test_every_method_end_to_end_and_the_paper_tables(tmp_path, capsys):
     assert "not run" in t1  # the benchmarks this experiment did not play
     t5 = md.split("## Table 5")[1].split("##")[0]
     assert "fused" in t5 and "full history" in t5
+
+
+def test_shipped_baselines_preset_names_every_method():
+    preset = load_preset("cpu-baselines-scienceworld")
+    assert preset.benchmark == "scienceworld"
+    assert sorted(preset.method(a) for a in preset.arms) == sorted(m for m in METHODS if m != "bpo")
+    assert preset.arm_sections("grpo")["method"]["grpo_group_size"] == 4

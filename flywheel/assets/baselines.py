@@ -38,6 +38,9 @@ class MethodResource(dg.ConfigurableResource):
     """The method this run belongs to (flywheel/methods.py) and the DPO/GRPO knobs."""
 
     name: str = "bpo"
+    # Experiments: False skips evaluation:0 of methods that continue from a k=0 SFT another arm also trains
+    # and evaluates (flywheel.methods.method_stages).
+    evaluate_start: bool = True
     # DPO (eto-dpo)
     dpo_beta: float = 0.1
     dpo_learning_rate: float = 5e-6
