@@ -225,12 +225,13 @@ def test_an_env_actor_that_stops_answering_is_taken_as_lost(cluster, tmp_path):
     spec = get_benchmark("webshop")
     tasks = tasks_of("webshop", 1)
     cfg = RolloutConfig(temperature=0.0, parallel_envs=1, max_steps=6, max_env_retries=1, backend="ray",
-                        ray=replace(OPTS, call_timeout_s=3.0, envs_per_actor=1))
+                        ray=replace(OPTS, call_timeout_s=10.0, envs_per_actor=1))
     started = time.monotonic()
     [traj] = run_rollouts([(tasks[0], 0)], make_env=HangingEnv, generator=ExpertGenerator(tasks, spec),
                           instructions=spec.system_prompt(), normalize_action=spec.normalize_action, cfg=cfg)
-    assert time.monotonic() - started < 60  # two attempts x 3 s timeouts, not two 120 s hangs
-    assert traj.status == "errored" and "did not answer step within 3 s" in traj.error
+    assert time.monotonic() - started < 100  # two attempts cut at 10 s each, not two 120 s hangs
+    # The replay's reset may also time out on a busy machine (a fresh actor starts its env first).
+    assert traj.status == "errored" and re.search(r"did not answer (step|reset) within 10 s", traj.error)
     assert not [n for n in ray.util.list_named_actors() if n.startswith("flywheel-env-")]
 
 
