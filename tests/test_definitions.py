@@ -15,6 +15,12 @@ EXPECTED_DEPS = {
     "rollouts": {"sft_checkpoint"},
     "gated_dataset": {"rollouts"},
     "evaluation": {"sft_checkpoint"},
+    # baselines (README "Baselines and the paper's tables")
+    "base_checkpoint": set(),
+    "preference_pairs": {"rollouts"},
+    "dpo_checkpoint": {"preference_pairs", "sft_checkpoint"},
+    "grpo_checkpoint": {"sft_checkpoint"},
+    "paper_report": set(),
 }
 
 

@@ -27,11 +27,19 @@ from flywheel.assets.refinement import rollouts
 from flywheel.assets.training import sft_checkpoint
 from flywheel.evaluation import summarize
 from flywheel.methods import METHODS
-from flywheel.partitions import flywheel_partitions, keys_of
+from flywheel.partitions import BENCHMARK, ITERATION, flywheel_partitions, keys_of
 from flywheel.policy.dpo import DPOSettings, Pair, make_pairs, train_dpo
 from flywheel.policy.grpo import GRPOSettings, NoLearningSignal, train_grpo
 from flywheel.resources import EnvResource, PolicyResource, StoreResource
 from flywheel.rollout import resume_rollouts
+from flywheel.settings import max_iteration
+
+# (b, k-1) upstream -> (b, k) downstream: what a baseline at k reads (rollouts or the checkpoint of k-1).
+previous_iteration = dg.MultiPartitionMapping({
+    BENCHMARK: dg.DimensionPartitionMapping(BENCHMARK, dg.IdentityPartitionMapping()),
+    ITERATION: dg.DimensionPartitionMapping(ITERATION, dg.StaticPartitionMapping(
+        {str(k): str(k + 1) for k in range(max_iteration())})),
+})
 
 
 class MethodResource(dg.ConfigurableResource):
@@ -88,7 +96,8 @@ def base_checkpoint(context: dg.AssetExecutionContext, policy: PolicyResource, s
         policy.base_model_path), "method": method.name, "trained": False})
 
 
-@dg.asset(partitions_def=flywheel_partitions, group_name="baselines", deps=[rollouts], kinds={"duckdb"})
+@dg.asset(partitions_def=flywheel_partitions, group_name="baselines",
+          deps=[dg.AssetDep(rollouts, partition_mapping=previous_iteration)], kinds={"duckdb"})
 def preference_pairs(context: dg.AssetExecutionContext, store: StoreResource, method: MethodResource
                      ) -> dg.MaterializeResult:
     """(chosen, rejected) trajectories per task from the rollouts of checkpoint k-1: chosen = the expert
@@ -111,7 +120,8 @@ def preference_pairs(context: dg.AssetExecutionContext, store: StoreResource, me
     })
 
 
-@dg.asset(partitions_def=flywheel_partitions, group_name="baselines", deps=[preference_pairs, sft_checkpoint],
+@dg.asset(partitions_def=flywheel_partitions, group_name="baselines",
+          deps=[preference_pairs, dg.AssetDep(sft_checkpoint, partition_mapping=previous_iteration)],
           kinds={"pytorch"}, pool="accelerator")
 def dpo_checkpoint(context: dg.AssetExecutionContext, envs: EnvResource, policy: PolicyResource,
                    store: StoreResource, method: MethodResource) -> dg.MaterializeResult:
@@ -144,7 +154,8 @@ def dpo_checkpoint(context: dg.AssetExecutionContext, envs: EnvResource, policy:
                                                                               if k_ != "method"}})
 
 
-@dg.asset(partitions_def=flywheel_partitions, group_name="baselines", deps=[sft_checkpoint], kinds={"pytorch"},
+@dg.asset(partitions_def=flywheel_partitions, group_name="baselines",
+          deps=[dg.AssetDep(sft_checkpoint, partition_mapping=previous_iteration)], kinds={"pytorch"},
           pool="accelerator", op_tags={"flywheel/resumable": "true"})
 def grpo_checkpoint(context: dg.AssetExecutionContext, envs: EnvResource, policy: PolicyResource,
                     store: StoreResource, method: MethodResource) -> dg.MaterializeResult:
