@@ -61,6 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vllm-python", default=DEFAULT_PYTHON)
     ap.add_argument("--swaps", type=int, default=4, help="weight-reload swaps to time")
     ap.add_argument("--skip-transformers", action="store_true")
+    ap.add_argument("--transformers-parallel", type=int, nargs="*", default=None,
+                    help="transformers at these env counts only (default: --parallel)")
+    ap.add_argument("--interleave", action="store_true",
+                    help="server first, then transformers and vLLM back to back at each env count "
+                         "(fairer on a machine whose load drifts)")
     ap.add_argument("--skip-restart", action="store_true", help="do not time a restart (~2 min on this CPU)")
     ap.add_argument("--out", default="vllm_rollouts")
     args = ap.parse_args(argv)
@@ -76,15 +81,21 @@ def main(argv: list[str] | None = None) -> int:
     def save() -> None:
         write_json(args.out, results)
 
-    if not args.skip_transformers:
-        gen = TransformersGenerator(args.model, dtype="bfloat16", max_batch_size=max(args.parallel), num_threads=1)
-        for p in args.parallel:
-            r = measure(spec, tasks, gen, p, args.max_steps, args.max_new_tokens, True)
-            results["transformers"].append(r)
-            table.append(row("transformers (bf16, 1 thread)", r))
-            print(table[-1], flush=True)
-            save()
-        del gen
+    tf_parallel = [] if args.skip_transformers else (
+        args.parallel if args.transformers_parallel is None else args.transformers_parallel)
+    tf_gen = TransformersGenerator(args.model, dtype="bfloat16", max_batch_size=max(args.parallel), num_threads=1) \
+        if tf_parallel else None
+
+    def run_tf(p: int) -> None:
+        r = measure(spec, tasks, tf_gen, p, args.max_steps, args.max_new_tokens, True)
+        results["transformers"].append(r)
+        table.append(row("transformers (bf16, 1 thread)", r))
+        print(table[-1], flush=True)
+        save()
+
+    if not args.interleave:
+        for p in tf_parallel:
+            run_tf(p)
 
     with tempfile.TemporaryDirectory(dir=REPO_ROOT / ".cache") as tmp:
         k1 = perturbed_copy(args.model, Path(tmp) / "k1")
@@ -93,7 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         with VLLMServer(cfg) as server:
             gen = ManagedVLLMGenerator(server, args.model, "smollm2")
             results["server_start_s"] = server.events[0].seconds
+            save()
             for p in args.parallel:
+                if args.interleave and p in tf_parallel:
+                    run_tf(p)
                 r = measure(spec, tasks, gen, p, args.max_steps, args.max_new_tokens, True)
                 results["vllm"].append(r)
                 table.append(row("managed vLLM (bf16, prefix cache)", r))
