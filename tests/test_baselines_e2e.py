@@ -130,3 +130,25 @@ def test_shipped_baselines_preset_names_every_method():
     assert preset.benchmark == "scienceworld"
     assert sorted(preset.method(a) for a in preset.arms) == sorted(m for m in METHODS if m != "bpo")
     assert preset.arm_sections("grpo")["method"]["grpo_group_size"] == 4
+
+
+def test_a_store_from_before_the_method_column_gains_it(tmp_path):
+    import duckdb
+
+    from flywheel.store import SCHEMA, ForeignStoreError
+
+    old = SCHEMA.replace(",\n    method VARCHAR DEFAULT 'bpo');", ");").replace(", method VARCHAR DEFAULT 'bpo');", ");")
+    assert old != SCHEMA
+    con = duckdb.connect(str(tmp_path / "old.duckdb"))
+    con.execute(old)
+    con.execute("INSERT INTO checkpoints (checkpoint_id, benchmark, iteration) VALUES ('c0', 'webshop', 0)")
+    con.close()
+    db = Store(tmp_path / "old.duckdb", method="grpo")
+    db.record_checkpoint({"checkpoint_id": "c1", "benchmark": "webshop", "iteration": 1})
+    assert db.query("SELECT checkpoint_id, method FROM checkpoints ORDER BY 1").rows() == [("c0", "bpo"), ("c1", "grpo")]
+    # A table with other columns is still another schema: refused, untouched.
+    con = duckdb.connect(str(tmp_path / "foreign.duckdb"))
+    con.execute("CREATE TABLE trajectories (traj_id VARCHAR, x INTEGER)")
+    con.close()
+    with pytest.raises(ForeignStoreError):
+        Store(tmp_path / "foreign.duckdb")
