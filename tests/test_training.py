@@ -44,3 +44,24 @@ def test_too_long_examples_are_dropped_not_truncated(tmp_path, tiny):
 def test_empty_dataset_is_a_clear_error(tmp_path, tiny):
     with pytest.raises(ValueError, match="empty"):
         train_sft(tiny, [], tmp_path / "ck")
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_gradient_checkpointing_is_what_the_config_says(tmp_path, tiny, monkeypatch, on):
+    """TRL turns activation recomputation on by default; a small CPU model must not pay for it."""
+    import trl
+
+    seen = {}
+    real = trl.SFTTrainer.train
+
+    def spy(self, *args, **kwargs):
+        seen["args"] = self.args.gradient_checkpointing
+        seen["model"] = bool(getattr(self.model, "is_gradient_checkpointing", False))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(trl.SFTTrainer, "train", spy)
+    rows = sft_examples([make_traj(n=2)], lambda t: "instr")
+    train_sft(tiny, rows, tmp_path / "ck", TrainConfig(max_steps=1, batch_size=2, gradient_checkpointing=on))
+    assert seen["args"] is on
+    if not on:
+        assert seen["model"] is False  # nothing switched it on behind the config's back

@@ -27,6 +27,7 @@ class PolicyResource(dg.ConfigurableResource):
     max_train_steps: int = -1
     lora: bool = False
     lora_r: int = 16
+    gradient_checkpointing: bool = False  # on for large models on GPUs (memory), off for small ones (speed)
     # rollouts
     samples_per_task: int = 2
     temperature: float = 0.7
@@ -59,6 +60,7 @@ class PolicyResource(dg.ConfigurableResource):
             max_length=self.max_length, max_steps=self.max_train_steps, lora=self.lora, lora_r=self.lora_r,
             lora_alpha=2 * self.lora_r, seed=self.seed, history_window=self.history_window,
             max_observation_chars=self.max_observation_chars, history_mode=check_history_mode(self.history_mode),
+            gradient_checkpointing=self.gradient_checkpointing,
         )
 
     def rollout_config(self, *, evaluation: bool = False, max_steps: int | None = None) -> RolloutConfig:
