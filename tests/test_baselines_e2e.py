@@ -123,6 +123,17 @@ def test_every_method_end_to_end_and_the_paper_tables(tmp_path, capsys):
     assert "not run" in t1  # the benchmarks this experiment did not play
     t5 = md.split("## Table 5")[1].split("##")[0]
     assert "fused" in t5 and "full history" in t5
+    # The paper_report asset (what the UI materializes) writes and shows the same tables.
+    import dagster as dg
+
+    from flywheel.assets.baselines import paper_report
+
+    res = dg.materialize([paper_report], run_config={"ops": {"paper_report": {"config": {
+        "experiment": str(preset), "runs_dir": str(runs), "results_dir": str(tmp_path / "asset")}}}})
+    assert res.success
+    assert (tmp_path / "asset" / "paper.md").read_text() == md
+    shown = res.asset_materializations_for_node("paper_report")[0].metadata["tables"].value
+    assert shown.startswith(md.strip()[:200]) and "data:image/png;base64," in shown
 
 
 def test_shipped_baselines_preset_names_every_method():
