@@ -256,7 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--batch-size", type=int, default=8, help="SFT batch size")
     demo.add_argument("--max-new-tokens", type=int, default=192, help="generation budget per step")
     demo.add_argument("--parallel-envs", type=int, default=12, help="envs played side by side (one generation batch)")
-    demo.add_argument("--dtype", default="bfloat16", help="inference dtype (bfloat16, float32, ...)")
+    demo.add_argument("--dtype", default="auto",
+                      help="inference dtype: auto (bfloat16 where the CPU/GPU has it natively, else float32), "
+                           "float32, bfloat16, float16")
     demo.add_argument("--torch-threads", type=int, default=0, help="0 = torch default; 1 on a busy machine")
     demo.add_argument("--history-window", type=int, default=6, help="past (plan, action, observation) steps in a prompt")
     demo.add_argument("--max-observation-chars", type=int, default=400, help="observations in the history cut to this")

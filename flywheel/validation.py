@@ -85,7 +85,7 @@ def check_positive(value: int | float, name: str) -> None:
 # Rollouts play (training tasks x samples) episodes per iteration, held in memory until written; this
 # budget is what a run on this project's 2-core / 24 GiB machine can afford (about a day of CPU rollouts).
 MAX_EPISODES_PER_ITERATION = 20_000
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 class Bound:

@@ -114,7 +114,7 @@ def test_unknown_spec_option(tmp_path):
     (["--parallel-envs", "0"], "--parallel-envs must be an integer in 1..256"),
     (["--batch-size", "0"], "--batch-size must be an integer in 1..1024"),
     (["--max-new-tokens", "0"], "--max-new-tokens must be an integer in 1..8192"),
-    (["--dtype", "float99"], "--dtype must be one of float32, bfloat16, float16, got 'float99'"),
+    (["--dtype", "float99"], "--dtype must be one of auto, float32, bfloat16, float16, got 'float99'"),
     (["--lr", "0"], "--lr must be a number > 0 and <= 1"),
     (["--max-train-steps", "0"], "--max-train-steps must be an integer in 1..1e+06 or -1 (use epochs)"),
 ])
@@ -161,7 +161,7 @@ def test_resources_use_the_same_bounds(tmp_path):
     bad_dtype = TransformersPolicy(base_model_path=str(tmp_path / "no-model"), dtype="float99")
     msg, _ = run({"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "policy": bad_dtype},
                  "iteration_job", partition_key(BENCH, 0), ["sft_checkpoint"])
-    assert "policy.dtype must be one of float32, bfloat16, float16" in msg
+    assert "policy.dtype must be one of auto, float32, bfloat16, float16" in msg
     msg, _ = run({"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "envs": EnvResource(max_steps=0)},
                  "bootstrap_job", BENCH, ["expert_trajectories"])
     assert "envs.max_steps must be an integer in 1..1000" in msg

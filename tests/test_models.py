@@ -66,3 +66,19 @@ def test_action_line_stop_fires_exactly_after_each_rows_action_line(tiny):
         seen = tok.decode(rows[i][: fired_at[i]])
         assert seen.rstrip(" ").endswith("\n") and cut_after_action(seen).endswith(("go north", "look"))
         assert cut_after_action(tok.decode(rows[i][: fired_at[i] - 1])) == tok.decode(rows[i][: fired_at[i] - 1]).strip()
+
+
+def test_auto_dtype_follows_the_hardware(monkeypatch):
+    """bf16 only where it is native: an AVX2-only CPU computes it ~100x slower than float32."""
+    import flywheel.policy.training as training
+    from flywheel.policy.models import resolve_dtype
+    from flywheel.policy.vllm_server import VLLMServerConfig
+
+    monkeypatch.setattr(training, "cpu_has_bf16", lambda: False)
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    assert resolve_dtype("auto") == "float32" and resolve_dtype("bfloat16") == "bfloat16"
+    assert VLLMServerConfig().server_dtype() == "float32"
+    assert "--dtype float32" in " ".join(VLLMServerConfig().argv("/m", 1234))
+    monkeypatch.setattr(training, "cpu_has_bf16", lambda: True)
+    assert resolve_dtype("auto") == "bfloat16" and VLLMServerConfig().server_dtype() == "bfloat16"
+    assert VLLMServerConfig(dtype="float32").server_dtype() == "float32"

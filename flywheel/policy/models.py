@@ -295,9 +295,25 @@ def load_tokenizer(path: str | Path):
     return tok
 
 
+def resolve_dtype(dtype: str, device: str = "cpu") -> str:
+    """"auto" -> bfloat16 where the hardware computes it natively (CUDA; CPUs with AMX or
+    AVX512-BF16), else float32. On an AVX2-only CPU a bf16 matmul measured 0.4 GFLOP/s against
+    64 for float32, and SmolLM2 decoded 2.8 against 4.4 tokens/s."""
+    if dtype != "auto":
+        return dtype
+    import torch
+
+    from flywheel.policy.training import cpu_has_bf16
+
+    if device.startswith("cuda"):
+        return "bfloat16" if torch.cuda.is_available() else "float32"
+    return "bfloat16" if cpu_has_bf16() else "float32"
+
+
 def load_model(path: str | Path, *, device: str = "cpu", dtype: str = "float32"):
     import torch
     from transformers import AutoModelForCausalLM
 
+    dtype = resolve_dtype(dtype, device)
     model = AutoModelForCausalLM.from_pretrained(require_model(path), dtype=getattr(torch, dtype))
     return model.to(device).eval()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -71,7 +72,7 @@ class VLLMServerError(RuntimeError):
 class VLLMServerConfig:
     python: str = DEFAULT_PYTHON  # the interpreter of vLLM's own virtualenv
     command: tuple[str, ...] = ()  # replaces `python -m vllm.entrypoints.openai.api_server` (tests: a stub)
-    dtype: str = "bfloat16"
+    dtype: str = "auto"  # auto: float32 on a CPU without native bf16, else vLLM's own choice
     max_model_len: int = 4096
     kv_cache_gb: float = 2.0  # VLLM_CPU_KVCACHE_SPACE (CPU build only)
     prefix_caching: bool = True
@@ -89,10 +90,19 @@ class VLLMServerConfig:
     def argv(self, model_dir: str, port: int) -> list[str]:
         base = list(self.command) if self.command else [self.python, "-m", VLLM_MODULE]
         args = ["--model", model_dir, "--served-model-name", SERVED_NAME, "--host", "127.0.0.1",
-                "--port", str(port), "--dtype", self.dtype, "--max-model-len", str(self.max_model_len)]
+                "--port", str(port), "--dtype", self.server_dtype(), "--max-model-len", str(self.max_model_len)]
         if self.prefix_caching:
             args.append("--enable-prefix-caching")
         return [*base, *args, *self.extra_args]
+
+    def server_dtype(self) -> str:
+        """The `--dtype` flag: "auto" is resolved here on a machine without a GPU, because vLLM's
+        own "auto" takes the checkpoint's bf16, which an AVX2-only CPU computes ~100x slower."""
+        if self.dtype != "auto" or shutil.which("nvidia-smi"):
+            return self.dtype
+        from flywheel.policy.training import cpu_has_bf16
+
+        return "bfloat16" if cpu_has_bf16() else "float32"
 
     def check(self) -> None:
         """Fail fast, naming the fix, when vLLM's environment is missing."""

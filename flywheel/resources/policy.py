@@ -94,7 +94,7 @@ class TransformersPolicy(PolicyResource):
     """Local `transformers` generation (CPU here; any GPU elsewhere)."""
 
     device: str = "cpu"
-    dtype: str = "float32"
+    dtype: str = "auto"  # auto: bf16 on CUDA or a CPU with native bf16, else float32 (models.resolve_dtype)
     max_batch_size: int = 8
     torch_threads: int = 0  # 0 = torch default; 1 avoids thread thrash on a busy small CPU
 
@@ -144,7 +144,7 @@ class ManagedVLLMPolicy(PolicyResource):
 
     vllm_python: str = str(REPO_ROOT / ".venv-vllm" / "bin" / "python")
     server_command: list[str] = []  # replaces `vllm_python -m vllm.entrypoints.openai.api_server`
-    vllm_dtype: str = "bfloat16"
+    vllm_dtype: str = "auto"  # auto: float32 on a CPU without native bf16 (see VLLMServerConfig.server_dtype)
     max_model_len: int = 4096
     kv_cache_gb: float = 2.0
     prefix_caching: bool = True
