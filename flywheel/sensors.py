@@ -203,6 +203,7 @@ def evaluate_loop(instance: dg.DagsterInstance, db: Store, loop: LoopResource, *
     "materialized; stops at K or when the gated dataset / seen success stop improving (see `iterations`).",
 )
 def flywheel_sensor(context: dg.SensorEvaluationContext, store: StoreResource, loop: LoopResource) -> dg.SensorResult:
+    free_dead_slots(context.instance, context.log)
     tick = evaluate_loop(context.instance, store.get(), loop, trigger="sensor")
     if tick.run_requests:
         return dg.SensorResult(run_requests=tick.run_requests, cursor=tick.cursor())
@@ -216,8 +217,20 @@ def flywheel_sensor(context: dg.SensorEvaluationContext, store: StoreResource, l
     description="The flywheel loop on a cadence ($FLYWHEEL_LOOP_CRON): the same decisions as flywheel_sensor.",
 )
 def flywheel_schedule(context: dg.ScheduleEvaluationContext, store: StoreResource, loop: LoopResource):
+    free_dead_slots(context.instance, context.log)
     tick = evaluate_loop(context.instance, store.get(), loop, trigger="schedule")
     return tick.run_requests or dg.SkipReason(tick.summary())
+
+
+def free_dead_slots(instance: dg.DagsterInstance, log) -> list[str]:
+    """Every tick frees the pool slots of runs whose worker died (a SIGKILLed or OOM-killed SFT),
+    so the next SFT waits at most one tick. Only with the default run launcher: its run workers
+    are processes of this host, whose pids can be checked (other launchers have run monitoring)."""
+    if not isinstance(instance.run_launcher, dg.DefaultRunLauncher):
+        return []
+    from flywheel.slots import release_dead_slots
+
+    return release_dead_slots(instance, log=log.warning)
 
 
 def iteration_run_tags(key: str) -> dict[str, str]:

@@ -184,3 +184,19 @@ def test_sensor_applies_the_same_rule(tmp_path, instance):
                                                     min_new_successes=0), trigger="sensor")
     assert [r.partition_key for r in tick.run_requests] == [str(partition_key(BENCH, 1))]
     assert db.iterations(BENCH)["gate_check_passed"].to_list() == [False]  # recorded as it was
+
+
+def test_unaffordable_rollout_budget_fails_once_before_any_work(tmp_path, instance):
+    """No train_limit: the budget rule applies to the tasks the run really has, before any episode."""
+    _store_with_seeds(tmp_path / "fw.duckdb")
+    res = resources(tmp_path, policy=TransformersPolicy(base_model_path=str(tmp_path / "model"),
+                                                        checkpoints_dir=str(tmp_path / "ck"), samples_per_task=20))
+    result, dagster_run = run(instance, res, 0, ["rollouts"])
+    [message] = failure_messages(result)
+    n = len(EnvResource().tasks(BENCH, "train"))
+    assert n * 20 > 20_000
+    assert f"the {n} training tasks (envs.train_limit) x policy.samples_per_task = {n} x 20" in message
+    assert "lower policy.samples_per_task" in message
+    assert not [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY]
+    assert dagster_run.tags[WILL_RETRY_TAG] == "false"
+    assert Store(tmp_path / "fw.duckdb").query("SELECT count(*) AS n FROM trajectories WHERE source = 'policy'")["n"][0] == 0

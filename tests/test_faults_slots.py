@@ -64,7 +64,8 @@ def child(tmp_path, mode, marker):
 
 
 @pytest.mark.slow
-def test_sft_after_a_sigkilled_sft_proceeds(tmp_path):
+@pytest.mark.parametrize("freed_by", ["demo-start", "sensor-tick"])
+def test_sft_after_a_sigkilled_sft_proceeds(tmp_path, freed_by):
     (tmp_path / "home").mkdir()
     shutil.copyfile(REPO_ROOT / "dagster.yaml", tmp_path / "home" / "dagster.yaml")
     _store_with_seeds(tmp_path / "fw.duckdb")
@@ -89,14 +90,23 @@ def test_sft_after_a_sigkilled_sft_proceeds(tmp_path):
     first.wait(30)
     assert instance.get_run_by_id(held.run_id).status == dg.DagsterRunStatus.STARTED  # Dagster cannot tell
 
-    second = child(tmp_path, "demo-start", tmp_path / "training-2")
+    if freed_by == "sensor-tick":  # under the daemon: the loop's next tick frees it
+        from flywheel.resources import LoopResource, StoreResource
+        from flywheel.sensors import flywheel_sensor
+
+        with dg.build_sensor_context(instance=instance, resources={
+                "store": StoreResource(path=str(tmp_path / "fw.duckdb")), "loop": LoopResource()}) as ctx:
+            flywheel_sensor(ctx)
+        assert instance.event_log_storage.get_concurrency_info("accelerator").claimed_slots == []
+    second = child(tmp_path, "demo-start" if freed_by == "demo-start" else "plain", tmp_path / "training-2")
     try:
         out, _ = second.communicate(timeout=180)  # before the fix: waits for the slot forever
     except subprocess.TimeoutExpired:
         second.kill()
         pytest.fail("the SFT after a killed SFT is still waiting for the pool slot after 180 s")
     assert second.returncode == 0 and "True" in out.splitlines()[-1], out[-3000:]
-    assert f"freed pool slot(s) ['accelerator'] of run {held.run_id}" in out
+    if freed_by == "demo-start":
+        assert f"freed pool slot(s) ['accelerator'] of run {held.run_id}" in out
     dead = instance.get_run_by_id(held.run_id)
     assert dead.status == dg.DagsterRunStatus.FAILURE
     assert instance.event_log_storage.get_concurrency_info("accelerator").claimed_slots == []

@@ -29,6 +29,7 @@ from flywheel.sampling import (
     task_stats_rows,
 )
 from flywheel.settings import rollout_retry_delay_s
+from flywheel.validation import check_options
 
 # A failed rollouts step (generator OOM, a JVM that will not start, a killed worker thread)
 # is retried in the same run; it resumes from the episodes already in DuckDB.
@@ -51,12 +52,16 @@ def rollouts(
     """
     benchmark, k = keys_of(context)
     db = store.get()
+    tasks = envs.tasks(benchmark, "train")
+    # The CLI's budget rule, on the tasks the run really has (train_limit may be unset): before any work.
+    check_options({"train_limit": len(tasks), "samples_per_task": policy.samples_per_task},
+                  names={"train_limit": f"the {len(tasks)} training tasks (envs.train_limit)",
+                         "samples_per_task": "policy.samples_per_task"})
     ckpt = db.latest_checkpoint(benchmark, k)
     if ckpt is None:
         fail_once(context, f"no sft_checkpoint recorded for {benchmark}|{k}: materialize sft_checkpoint {benchmark}|{k} "
                   "first (iteration_job runs it before rollouts)")
     spec = envs.spec(benchmark)
-    tasks = envs.tasks(benchmark, "train")
     ids = [t.task_id for t in tasks]
     total = policy.samples_per_task * len(tasks)
     history = {}
