@@ -24,6 +24,7 @@ SCRIPTS = {
     "store_write": [],
     "orchestration": [],
     "webshop_speed": [],
+    "webshop_oracle": [],
     "alfworld_speed": [],
     "ray_rollouts": [],
     "vllm_rollouts": [],
@@ -82,6 +83,12 @@ def headline(name: str, data: dict) -> list:
                 f"{r.get('vllm8_over_transformers8', float('nan')):.2f}x vs 8 envs, "
                 f"{r.get('vllm8_over_transformers1', float('nan')):.2f}x vs sequential",
                 ">= 3x and >= 6x", str(bool(data.get("target_met")))]
+    if name == "webshop_oracle":
+        mism = sum(get("differential", "project_vs_reference_mismatches", default={}).values())
+        o = get("oracle", default={})
+        return ["WebShop reward vs a port of the published one; oracle success",
+                f"{mism} mismatches on {sum(get('differential', 'cases', default={}).values())} purchases; "
+                f"oracle {o.get('successes')}/{o.get('goals')}", "0 mismatches", str(mism == 0)]
     return [name, "see results/" + name + ".json", "", ""]
 
 
