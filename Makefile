@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 MODEL  := .cache/models/smollm2-135m
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 
-.PHONY: install model demo test test-slow bench ui lint clean
+.PHONY: install model demo experiment test test-slow bench ui lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 
 demo: install model $(DAGSTER_HOME)/dagster.yaml
 	$(PY) -m flywheel.cli demo $(DEMO_ARGS)
+
+# `make experiment PRESET=cpu-webshop` (see experiments/*.yaml); re-running resumes.
+experiment: install model $(DAGSTER_HOME)/dagster.yaml
+	$(PY) -m flywheel.cli experiment $(PRESET) $(EXPERIMENT_ARGS)
 
 test: install
 	$(PY) -m pytest -m "not slow" -q $(TEST_ARGS)

@@ -18,6 +18,9 @@ class EnvResource(dg.ConfigurableResource):
 
     task_types: dict[str, list[str]] = {}
     train_limit: int | None = None
+    # Expert seeds come from the first `seed_limit` training tasks (None = all `train_limit`);
+    # rollouts play all `train_limit` tasks, so gated successes can cover tasks no seed covers.
+    seed_limit: int | None = None
     eval_limit: int | None = None
     max_steps: int | None = None
     env_options: dict[str, dict[str, Any]] = {}
@@ -45,6 +48,15 @@ class EnvResource(dg.ConfigurableResource):
         limit = self.train_limit if split == "train" else self.eval_limit
         types = tuple(self.task_types.get(benchmark, ())) or None
         return self.spec(benchmark).load_tasks(split, limit=limit, task_types=types)
+
+    def seed_tasks(self, benchmark: str) -> list[Task]:
+        """The training tasks whose expert paths become seeds: a prefix of `tasks(b, "train")`."""
+        tasks = self.tasks(benchmark, "train")
+        return tasks if self.seed_limit is None else tasks[: self.seed_limit]
+
+    def eval_splits(self, benchmark: str) -> tuple[str, ...]:
+        """The splits evaluation plays: the spec's `eval_splits` (one WebShop test set), else seen and unseen."""
+        return tuple(getattr(self.spec(benchmark), "eval_splits", ("seen", "unseen")))
 
     def make_env(self, benchmark: str) -> Env:
         return self.spec(benchmark).make_env(**self.env_options.get(benchmark, {}))
