@@ -448,6 +448,12 @@ class Store:
         )
         return df["traj_id"].to_list()
 
+    def gated_ids_of(self, benchmark: str, iteration: int) -> list[str]:
+        """The trajectories gate k itself let through (not the earlier gates')."""
+        df = self.query("SELECT traj_id FROM gated WHERE benchmark = ? AND iteration = ? ORDER BY traj_id",
+                        [benchmark, iteration])
+        return df["traj_id"].to_list()
+
     def gated_iterations(self, benchmark: str) -> list[int]:
         """Iterations whose gate has run, whether or not anything passed."""
         df = self.query("SELECT iteration FROM gate_runs WHERE benchmark = ? ORDER BY 1", [benchmark])

@@ -114,3 +114,44 @@ def test_staged_order_goes_bucket_by_bucket(tmp_path, monkeypatch):
     assert cfg.order == "given"
     buckets = db.query("SELECT bucket FROM training_order WHERE iteration = 0 ORDER BY position")["bucket"].to_list()
     assert buckets == sorted(buckets, key=["easy", "medium", "hard"].index) and buckets.count("easy") == 2
+
+
+def test_refine_from_previous_continues_from_checkpoint_k_minus_1_on_new_successes(tmp_path, monkeypatch):
+    """policy.refine_from="previous": k=1 starts from checkpoint 0 and trains on gate 0's new
+    successes plus as many replayed seed/curriculum trajectories, not on everything again."""
+    db = _store_with_seeds(tmp_path / "fw.duckdb")
+    calls = []
+
+    def fake_train(base, examples, out, cfg, progress=None):
+        calls.append((base, examples))
+        return TrainResult(path=str(out), n_examples=len(examples), n_dropped=0, train_loss=1.0, steps=1)
+
+    monkeypatch.setattr(training_assets, "train_sft", fake_train)
+
+    def sft(k, refine_from):
+        return dg.materialize(
+            [training_assets.sft_checkpoint], partition_key=str(partition_key(BENCH, k)),
+            instance=dg.DagsterInstance.ephemeral(),
+            resources={"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "envs": EnvResource(),
+                       "policy": TransformersPolicy(base_model_path="the-base", checkpoints_dir=str(tmp_path / "ck"),
+                                                    refine_from=refine_from),
+                       "curriculum": CurriculumResource(order="shuffle"), "loop": LoopResource()})
+
+    assert sft(0, "previous").success
+    base0, _ = calls[-1]
+    assert base0 == "the-base"  # k=0 always starts from the base model
+    ck0 = db.latest_checkpoint(BENCH, 0)["path"]
+    new = [marked(20, 3, source="policy"), marked(21, 2, source="policy")]
+    db.write_trajectories(new)
+    db.write_gated(BENCH, 0, [(t.traj_id, t.task_id) for t in new], candidates=2)
+    result = sft(1, "previous")
+    assert result.success
+    base1, examples = calls[-1]
+    assert base1 == ck0
+    tasks = {r["task_id"] for r in examples}
+    assert {"task20", "task21"} <= tasks and len(tasks) == 4  # the 2 new successes + 2 replayed seeds
+    meta = result.get_asset_materialization_events()[0].materialization.metadata
+    assert meta["gated_trajectories"].value == 2 and meta["seed_or_curriculum_trajectories"].value == 2
+    assert sft(1, "base").success  # the default: from the base model, on all 7 + 2 trajectories
+    base_b, examples_b = calls[-1]
+    assert base_b == "the-base" and len({r["task_id"] for r in examples_b}) == 9

@@ -13,6 +13,7 @@ metadata (visible in the UI).
 """
 
 
+import random
 import time
 from collections import Counter
 from dataclasses import replace
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from flywheel.assets._checkpoints import new_checkpoint_id, reusable_checkpoint
+from flywheel.assets._checkpoints import checkpoint_for, new_checkpoint_id, reusable_checkpoint
 from flywheel.assets.curriculum import CurriculumResource, synthetic_curriculum
 from flywheel.curriculum.order import assign_buckets, grade
 from flywheel.curriculum.tables import write_training_order
@@ -34,12 +35,23 @@ from flywheel.trajectory import Trajectory
 
 
 def training_set(
-    db: Store, benchmark: str, iteration: int, *, include_synthetic: bool = True
+    db: Store, benchmark: str, iteration: int, *, include_synthetic: bool = True, refine_from: str = "base",
+    seed: int = 0,
 ) -> tuple[list[Trajectory], dict[str, int]]:
-    """Seeds and curriculum, then the gated successes of iterations < k (through the store)."""
+    """Seeds and curriculum, then the gated successes of iterations < k (through the store).
+
+    `refine_from="previous"` (k > 0, training continues from checkpoint k-1): only gate k-1's
+    successes, plus as many seed/curriculum trajectories replayed (a fixed random draw), so
+    that k-1's skills are rehearsed without training on everything again.
+    """
     base = db.load_trajectories(benchmark=benchmark, source="teacher")
     if include_synthetic:
         base += db.load_trajectories(benchmark=benchmark, source="synthetic")
+    if refine_from == "previous" and iteration > 0:
+        new_ids = db.gated_ids_of(benchmark, iteration - 1)
+        new = db.load_trajectories(new_ids) if new_ids else []
+        replay = random.Random(seed + iteration).sample(base, min(len(base), len(new)))
+        return replay + new, {"seed_or_curriculum": len(replay), "gated": len(new)}
     gated_ids = db.gated_ids(benchmark, up_to_iteration=iteration - 1) if iteration > 0 else []
     gated = db.load_trajectories(gated_ids) if gated_ids else []
     return base + gated, {"seed_or_curriculum": len(base), "gated": len(gated)}
@@ -74,7 +86,11 @@ def sft_checkpoint(
         if not gate_allows_next(passed, gated_new=int(gate["passed"] or 0),
                                 continue_on_empty_gate=loop.continue_on_empty_gate):
             fail_once(context, gate_refusal(benchmark, k - 1, passed, int(gate["passed"] or 0)))
-    trajs, counts = training_set(db, benchmark, k, include_synthetic=curriculum.synthesize)
+    trajs, counts = training_set(db, benchmark, k, include_synthetic=curriculum.synthesize,
+                                 refine_from=policy.refine_from, seed=policy.seed)
+    start_model = policy.base_model_path
+    if policy.refine_from == "previous" and k > 0:  # continue from checkpoint k-1
+        start_model = checkpoint_for(db, benchmark, k - 1)["path"]
     spec = envs.spec(benchmark)
     instructions = spec.system_prompt()
     cfg = policy.train_config()
@@ -88,7 +104,7 @@ def sft_checkpoint(
     write_training_order(db, benchmark, k, ordered, mode=mode)
     examples = sft_examples(trajs, lambda _t: instructions, history_window=cfg.history_window,
                             max_observation_chars=cfg.max_observation_chars, history_mode=cfg.history_mode)
-    fingerprint = training_fingerprint(policy.base_model_path, examples, cfg)
+    fingerprint = training_fingerprint(start_model, examples, cfg)
     if (reused := reusable_checkpoint(db, benchmark, k, fingerprint)) is not None:
         context.log.info(f"sft_checkpoint {benchmark}|{k}: reusing {reused['checkpoint_id']} at {reused['path']} "
                          "(same base model, training data and config; e.g. a re-run after a kill)")
@@ -103,13 +119,14 @@ def sft_checkpoint(
     started = time.monotonic()
     # sft_backend "ray": the same train_sft as a Ray Train job on the cluster (README "Scaling out on Ray").
     train = train_sft if policy.sft_backend == "local" else policy.train
-    result = train(policy.base_model_path, examples, out, cfg, progress=context.log.info)
-    lineage = {"fingerprint": fingerprint, "base_model": policy.base_model_path, "iteration": k, "dataset": counts,
+    result = train(start_model, examples, out, cfg, progress=context.log.info)
+    lineage = {"fingerprint": fingerprint, "base_model": start_model, "refine_from": policy.refine_from,
+               "iteration": k, "dataset": counts,
                "gated_iterations": list(range(k)), "examples": result.n_examples, "train_steps": result.steps,
                "batch_size": cfg.batch_size, "train_seconds": round(time.monotonic() - started, 1)}
     db.record_checkpoint({
         "checkpoint_id": checkpoint_id, "benchmark": benchmark, "iteration": k, "path": result.path,
-        "base_model": policy.base_model_path, "n_examples": result.n_examples, "n_trajectories": len(trajs),
+        "base_model": start_model, "n_examples": result.n_examples, "n_trajectories": len(trajs),
         "train_loss": result.train_loss, "lineage": lineage,
     })
     # The exact pairs this checkpoint trained on, in order (dropped ones flagged): `flywheel export`.

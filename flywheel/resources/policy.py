@@ -11,7 +11,7 @@ from flywheel.prompting import check_history_mode
 from flywheel.resources.ray_cluster import RayConfig, check_backend
 from flywheel.rollout import RolloutConfig
 from flywheel.settings import REPO_ROOT, default_base_model, runs_dir
-from flywheel.validation import BOUNDS, check_model_path, check_options
+from flywheel.validation import BOUNDS, ConfigurationError, check_model_path, check_options
 
 
 class PolicyResource(dg.ConfigurableResource):
@@ -28,6 +28,10 @@ class PolicyResource(dg.ConfigurableResource):
     lora: bool = False
     lora_r: int = 16
     gradient_checkpointing: bool = False  # on for large models on GPUs (memory), off for small ones (speed)
+    # Where checkpoint k > 0 starts: "base" (the base model, on seeds + curriculum + every gated
+    # success so far) or "previous" (checkpoint k-1, on gate k-1's new successes plus as many
+    # replayed seed/curriculum trajectories: far fewer SFT tokens per iteration).
+    refine_from: str = "base"
     # rollouts
     samples_per_task: int = 2
     temperature: float = 0.7
@@ -49,6 +53,8 @@ class PolicyResource(dg.ConfigurableResource):
         """Fail fast, naming the fix, when the base model is missing and this run trains."""
         check_options({k: getattr(self, k) for k in (*BOUNDS, "dtype") if hasattr(self, k)}, where="policy.")
         self.ray_options()  # unknown backends or bad Ray numbers fail here, at the run's first step
+        if self.refine_from not in ("base", "previous"):
+            raise ConfigurationError(f"policy.refine_from must be 'base' or 'previous', got {self.refine_from!r}")
         run = context.dagster_run
         selection = run.asset_selection if run is not None else None
         if selection is None or dg.AssetKey("sft_checkpoint") in selection:
