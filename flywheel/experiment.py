@@ -303,6 +303,9 @@ def run_arm(
         if on_stage:
             on_stage(stage)
         started = time.monotonic()
+        if stage == "sft:0" and (source := preset.arm_sections(arm).get("method", {}).get("start_from")):
+            progress.mark(stage, 0.0, imported_from=import_start_checkpoint(preset, arm, source, arm_dir, store))
+            continue
         job = jobs[job_for(stage)]
         try:
             run_stage(job, key or preset.benchmark, selection, instance)
@@ -323,6 +326,34 @@ def run_arm(
     return None
 
 
+def import_start_checkpoint(preset: Preset, arm: str, source: str, arm_dir: Path, store: Store) -> str:
+    """`method.start_from: ARM`: record ARM's k=0 checkpoint as this arm's (the same weights, not copied) instead
+    of training an identical SFT again. Refused unless ARM's training configuration (envs, policy, curriculum,
+    teacher) is this arm's and ARM has finished its sft:0; returns the imported checkpoint id."""
+    if source not in preset.arms or source == arm:
+        raise ConfigurationError(f"arm {arm!r}: method.start_from {source!r} must name another arm of {preset.name}")
+    mine, theirs = preset.arm_sections(arm), preset.arm_sections(source)
+    differ = [s for s in ("envs", "policy", "curriculum", "teacher") if mine.get(s, {}) != theirs.get(s, {})]
+    if differ:
+        raise ConfigurationError(f"arm {arm!r}: cannot start from arm {source!r}'s k=0 SFT: their {differ} differ")
+    src_dir = arm_dir.parent / source
+    done = json.loads((src_dir / "progress.json").read_text())["done"] if (src_dir / "progress.json").exists() else {}
+    if "sft:0" not in done or not (src_dir / "flywheel.duckdb").exists():
+        raise ConfigurationError(f"arm {arm!r} starts from arm {source!r}'s k=0 SFT, which has not finished: "
+                                 f"run arm {source!r} first (arms run in the preset's order)")
+    ckpt = Store(src_dir / "flywheel.duckdb").latest_checkpoint(preset.benchmark, 0)
+    if ckpt is None:
+        raise ConfigurationError(f"arm {source!r} records no k=0 checkpoint")
+    lineage = json.loads(ckpt["lineage"]) if isinstance(ckpt["lineage"], str) else dict(ckpt["lineage"] or {})
+    store = Store(store.path, method=preset.method(arm))  # rows carry this arm's method
+    store.record_checkpoint({**{k: ckpt[k] for k in ("benchmark", "iteration", "path", "base_model", "n_examples",
+                                                      "n_trajectories", "train_loss")},
+                             "checkpoint_id": f"{ckpt['checkpoint_id']}@{source}",
+                             "lineage": {**lineage, "imported_from_arm": source,
+                                         "imported_checkpoint_id": ckpt["checkpoint_id"]}})
+    return source
+
+
 def run_experiment(
     preset: Preset, *, runs: Path, results: Path, instance: dg.DagsterInstance, arms: list[str] | None = None,
 ) -> dict[str, Any]:
@@ -334,6 +365,9 @@ def run_experiment(
     runs.mkdir(parents=True, exist_ok=True)
     model_path = resolve_model(preset.model, runs)
     stopped = {}
+    # An arm that starts from another's k=0 SFT (method.start_from) runs after it when both are asked for.
+    source = {a: preset.arm_sections(a).get("method", {}).get("start_from") for a in arms}
+    arms = sorted(arms, key=lambda a: (source[a] in arms, arms.index(a)))
     for arm in arms:
         why = run_arm(preset, arm, runs / arm, instance=instance, model_path=model_path)
         if why:
@@ -435,7 +469,7 @@ def collect_results(preset: Preset, runs: Path) -> dict[str, Any]:
         sections = preset.arm_sections(arm)
         splits = EnvResource(**sections.get("envs", {})).eval_splits(preset.benchmark)
         progress = json.loads((arm_dir / "progress.json").read_text()) if (arm_dir / "progress.json").exists() else {}
-        res = arm_results(Store(db_path), preset.benchmark, preset.iterations, progress, splits)
+        res = arm_results(Store(db_path, read_only=True), preset.benchmark, preset.iterations, progress, splits)
         res["config"] = sections
         res["splits"] = list(splits)
         out["arms"][arm] = res

@@ -30,6 +30,9 @@ MINI = {
     "continue_on_empty_gate": True,
     "arms": {m: {"method": m} for m in METHODS if m != "bpo"},
 }
+# Continuing arms take the identical k=0 SFT of an earlier arm instead of training it again.
+MINI["arms"].update({m: {"method": {"name": m, "start_from": "react-sft"}} for m in ("eto-dpo", "grpo")})
+MINI["arms"]["bpo-stage3"] = {"method": {"name": "bpo-stage3", "start_from": "bpo-stage2"}}
 
 
 def test_methods_imply_their_settings_and_stages(tmp_path):
@@ -55,6 +58,12 @@ def test_methods_imply_their_settings_and_stages(tmp_path):
         "bootstrap", "sft:0", "grpo:1", "evaluation:1"]
     assert "evaluation:0" not in [s for s, _, _ in stage_plan("webshop", 1, "rft", evaluate_start=False)]
     assert [s for s, _, _ in stage_plan("webshop", 1, "react-sft", evaluate_start=False)][-1] == "evaluation:0"
+    from flywheel.experiment import import_start_checkpoint
+
+    with pytest.raises(Exception, match=r"cannot start from arm 'bpo-stage1'.*\['policy'\] differ"):
+        import_start_checkpoint(preset, "rft", "bpo-stage1", tmp_path / "runs" / "rft", Store(tmp_path / "x.duckdb"))
+    with pytest.raises(Exception, match="has not finished"):
+        import_start_checkpoint(preset, "grpo", "react-sft", tmp_path / "runs" / "grpo", Store(tmp_path / "x.duckdb"))
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({**MINI, "arms": {"x": {"method": "ppo"}}}))
     with pytest.raises(Exception, match="unknown method 'ppo'"):
@@ -88,6 +97,11 @@ def test_every_method_end_to_end_and_the_paper_tables(tmp_path, capsys):
         assert set(db.query("SELECT DISTINCT method FROM trajectories")["method"]) == {arm}
         assert set(db.query("SELECT DISTINCT method FROM checkpoints")["method"]) == {arm}
         assert data["arms"][arm]["per_k"][0]["splits"]["unseen"]["n"] == 3
+    react0 = Store(runs / "react-sft" / "flywheel.duckdb").latest_checkpoint("webshop", 0)
+    for arm in ("eto-dpo", "grpo"):  # the same k=0 weights, labelled with the arm's method, lineage says whence
+        ck0 = Store(runs / arm / "flywheel.duckdb").latest_checkpoint("webshop", 0)
+        assert ck0["path"] == react0["path"] and ck0["method"] == arm
+        assert json.loads(ck0["lineage"])["imported_from_arm"] == "react-sft"
     base = Store(runs / "base" / "flywheel.duckdb").checkpoint_rows("webshop")
     assert len(base) == 1 and base[0]["n_examples"] == 0 and "tiny-model" in base[0]["path"]
     # ReAct arms play full-history transcripts: each step's prompt is the last one plus an answer and an observation.
@@ -116,7 +130,7 @@ def test_every_method_end_to_end_and_the_paper_tables(tmp_path, capsys):
     for title in ("Table 1", "Table 2", "Table 4", "Table 5", "Fig. 2", "211"):
         assert title in md
     paper = json.loads((tmp_path / "paper" / "paper.json").read_text())
-    assert {a["method"] for a in paper["arms"]} == {m["method"] for m in MINI["arms"].values()}
+    assert {a["method"] for a in paper["arms"]} == set(MINI["arms"])  # each arm is named after its method
     assert (tmp_path / "paper" / "fig2_success_by_complexity.png").stat().st_size > 1000
     t1 = md.split("## Table 1")[1].split("##")[0]
     assert t1.count("(n=3)") == len(MINI["arms"])  # one WebShop cell per method, each with its n

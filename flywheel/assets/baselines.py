@@ -49,6 +49,9 @@ class MethodResource(dg.ConfigurableResource):
     # Experiments: False skips evaluation:0 of methods that continue from a k=0 SFT another arm also trains
     # and evaluates (flywheel.methods.method_stages).
     evaluate_start: bool = True
+    # Experiments: take the k=0 SFT of this earlier arm (same envs/policy/curriculum/teacher) instead of training
+    # the same SFT again (flywheel.experiment.import_start_checkpoint).
+    start_from: str = ""
     # DPO (eto-dpo)
     dpo_beta: float = 0.1
     dpo_learning_rate: float = 5e-6
