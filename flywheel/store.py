@@ -241,12 +241,19 @@ def _create_views(con: duckdb.DuckDBPyConnection) -> None:
 class Store:
     """Plain DuckDB store; the Dagster resource only builds one of these."""
 
-    def __init__(self, path: str | Path, *, lock_timeout_s: float = 120.0, method: str = "bpo") -> None:
+    def __init__(self, path: str | Path, *, lock_timeout_s: float = 120.0, method: str = "bpo",
+                 read_only: bool = False) -> None:
         self.path = Path(path)
         self.lock_timeout_s = lock_timeout_s
         # The training method (experiment arm) this store's writer belongs to: every trajectory and
         # checkpoint it writes carries it in the `method` column (flywheel.methods names them).
         self.method = method
+        # A reader (reports) opens DuckDB read-only and never creates, migrates or touches the file.
+        self.read_only = read_only
+        if read_only:
+            if not self.path.is_file():
+                raise FileNotFoundError(f"no store at {self.path}: nothing to read")
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.connect() as con:
             _migrate(con)
@@ -260,7 +267,7 @@ class Store:
         delay = 0.05
         while True:
             try:
-                con = duckdb.connect(str(self.path))
+                con = duckdb.connect(str(self.path), read_only=self.read_only)
                 break
             except duckdb.IOException as exc:  # another process holds the write lock
                 if not _is_lock_error(exc):

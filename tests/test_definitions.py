@@ -15,6 +15,8 @@ EXPECTED_DEPS = {
     "rollouts": {"sft_checkpoint"},
     "gated_dataset": {"rollouts"},
     "evaluation": {"sft_checkpoint"},
+    # the dashboard (README "Using the UI")
+    "flywheel_summary": {"evaluation"},
     # baselines (README "Baselines and the paper's tables")
     "base_checkpoint": set(),
     "preference_pairs": {"rollouts"},

@@ -14,7 +14,7 @@ from flywheel.assets.curriculum import CurriculumResource
 from flywheel.definitions import build_defs
 from flywheel.partitions import partition_key
 from flywheel.policy.models import build_tiny_model
-from flywheel.resources import EnvResource, StoreResource, TransformersPolicy
+from flywheel.resources import EnvResource, LoopResource, StoreResource, TransformersPolicy
 from flywheel.store import Store
 from tests.loop_support import OraclePolicy  # replays the teacher's answers after one extra look
 
@@ -57,6 +57,10 @@ def test_whole_chain_tiny_model(tmp_path, tiny):
     assert check_results(it0)["gated_dataset_is_usable"] is False  # empty gate blocks
     mats = {e.asset_key.to_user_string() for e in it0.get_asset_materialization_events()}
     assert mats == {"sft_checkpoint", "rollouts", "gated_dataset", "evaluation"}
+    it1 = run(defs, "iteration_job", partition_key(BENCH, 1), ["sft_checkpoint", "evaluation"], instance)
+    assert not it1.success  # the failed blocking check of gate 0 binds k=1 (as it stops the sensor)
+    # An explicit opt-out trains k=1 anyway (on the same data).
+    defs = build_defs({**base_resources(tmp_path, policy), "loop": LoopResource(continue_on_empty_gate=True)})
     it1 = run(defs, "iteration_job", partition_key(BENCH, 1), ["sft_checkpoint", "evaluation"], instance)
     assert it1.success
 

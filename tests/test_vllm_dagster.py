@@ -16,7 +16,7 @@ from flywheel.definitions import build_defs
 from flywheel.partitions import partition_key
 from flywheel.policy.models import build_tiny_model
 from flywheel.policy.vllm_server import group_alive
-from flywheel.resources import EnvResource, ManagedVLLMPolicy, StoreResource
+from flywheel.resources import EnvResource, LoopResource, ManagedVLLMPolicy, StoreResource
 from flywheel.resources.policy import stop_warm_servers
 from flywheel.store import Store
 
@@ -52,6 +52,8 @@ def test_rollouts_and_evaluation_on_the_managed_server(tmp_path, tiny, keep_serv
         "store": StoreResource(path=str(tmp_path / "fw.duckdb")),
         "envs": EnvResource(task_types={BENCH: ["find-non-living-thing"]}, train_limit=2, eval_limit=1, max_steps=3),
         "policy": policy,
+        # The tiny model solves nothing: train k=1 past the empty gate (what an experiment opts into).
+        "loop": LoopResource(continue_on_empty_gate=True),
     })
     instance = dg.DagsterInstance.ephemeral()
     try:
