@@ -193,7 +193,7 @@ def train_dpo(
     from trl import DPOConfig
 
     from flywheel.policy.models import load_tokenizer, require_model
-    from flywheel.policy.training import _ProgressCallback, cpu_has_bf16
+    from flywheel.policy.training import _ProgressCallback, cpu_has_bf16, keep_fitting, unpublished_dirs
 
     if not pairs:
         raise ValueError("no preference pairs: every task needs a chosen and a failed trajectory")
@@ -203,17 +203,9 @@ def train_dpo(
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     rows = [tokenize_pair(tok, p, instructions, max_observation_chars=cfg.max_observation_chars) for p in pairs]
-    kept = [r for r in rows if len(r["prompt_ids"]) + max(len(r["chosen_ids"]), len(r["rejected_ids"])) <= cfg.max_length]
-    dropped = len(rows) - len(kept)
-    if dropped:
-        progress(f"dropped {dropped} pair(s) longer than max_length={cfg.max_length}")
-    if not kept:
-        raise ValueError(f"every preference pair is longer than max_length={cfg.max_length}")
-    out = Path(out_dir)
-    if out.exists():
-        raise FileExistsError(f"checkpoint directory {out} already exists: checkpoints are never overwritten")
-    work = out.with_name(out.name + ".partial")
-    shutil.rmtree(work, ignore_errors=True)
+    fits = [len(r["prompt_ids"]) + max(len(r["chosen_ids"]), len(r["rejected_ids"])) <= cfg.max_length for r in rows]
+    kept, dropped = keep_fitting(rows, fits, what="preference pair", max_length=cfg.max_length, progress=progress)
+    out, work = unpublished_dirs(out_dir)
     args = DPOConfig(
         output_dir=str(work / "trainer"), beta=cfg.beta, learning_rate=cfg.learning_rate,
         num_train_epochs=cfg.epochs, max_steps=cfg.max_steps, per_device_train_batch_size=cfg.batch_size,

@@ -130,6 +130,7 @@ def train_grpo(
     import torch
 
     from flywheel.policy.models import load_model, load_tokenizer, require_model
+    from flywheel.policy.training import keep_fitting, unpublished_dirs
 
     scored = group_advantages(trajs, scale_rewards=cfg.scale_rewards)
     useful = [(t, a) for t, a in scored if a != 0.0]
@@ -142,17 +143,9 @@ def train_grpo(
     for t, a in useful:
         ids, mask = agent_tokens(tok, transcript(t, instructions, max_observation_chars=cfg.max_observation_chars))
         rows.append({"input_ids": ids, "mask": mask, "advantage": a, "task_id": t.task_id})
-    kept = [r for r in rows if len(r["input_ids"]) <= cfg.max_length]
-    dropped = len(rows) - len(kept)
-    if dropped:
-        progress(f"dropped {dropped} transcript(s) longer than max_length={cfg.max_length}")
-    if not kept:
-        raise ValueError(f"every transcript is longer than max_length={cfg.max_length}")
-    out = Path(out_dir)
-    if out.exists():
-        raise FileExistsError(f"checkpoint directory {out} already exists: checkpoints are never overwritten")
-    work = out.with_name(out.name + ".partial")
-    shutil.rmtree(work, ignore_errors=True)
+    fits = [len(r["input_ids"]) <= cfg.max_length for r in rows]
+    kept, dropped = keep_fitting(rows, fits, what="transcript", max_length=cfg.max_length, progress=progress)
+    out, work = unpublished_dirs(out_dir)
 
     torch.manual_seed(cfg.seed)
     model = load_model(start)

@@ -101,6 +101,31 @@ def training_fingerprint(base_model: str | Path, examples: list[dict], cfg: Trai
     return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def keep_fitting(rows: Sequence, fits: Sequence[bool], *, what: str, max_length: int,
+                 progress: Callable[[str], None]) -> tuple[list, int]:
+    """The rows that fit `max_length` and how many were dropped (never truncated: the loss is on
+    the end of a row); said through `progress`, and an error when nothing fits. SFT, DPO, GRPO."""
+    kept = [r for r, ok in zip(rows, fits, strict=True) if ok]
+    dropped = len(rows) - len(kept)
+    if dropped:
+        progress(f"dropped {dropped} {what}(s) longer than max_length={max_length}")
+    if not kept:
+        raise ValueError(f"every {what} is longer than max_length={max_length}")
+    return kept, dropped
+
+
+def unpublished_dirs(out_dir: str | Path) -> tuple[Path, Path]:
+    """(the checkpoint directory, its `.partial` work directory): a trainer writes into the work
+    directory and renames it into place, so a published checkpoint is complete and never overwritten."""
+    out = Path(out_dir)
+    if out.exists():
+        raise FileExistsError(f"checkpoint directory {out} already exists: checkpoints are never overwritten; "
+                              "train into a new directory (one per checkpoint id)")
+    work = out.with_name(out.name + ".partial")
+    shutil.rmtree(work, ignore_errors=True)  # left by a killed attempt at this same, unpublished checkpoint
+    return out, work
+
+
 def _fits(tokenizer, row: dict, max_length: int) -> bool:
     text = tokenizer.apply_chat_template(row["prompt"] + row["completion"], tokenize=False)
     return len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= max_length
@@ -132,19 +157,8 @@ def train_sft(
     tok = load_tokenizer(base)
     tok.padding_side = "right"
     fits = [_fits(tok, r, cfg.max_length) for r in examples]
-    kept = [r for r, ok in zip(examples, fits, strict=True) if ok]
-    dropped = len(examples) - len(kept)
-    if dropped:
-        progress(f"dropped {dropped} example(s) longer than max_length={cfg.max_length}")
-    if not kept:
-        raise ValueError(f"every example is longer than max_length={cfg.max_length}")
-
-    out = Path(out_dir)
-    if out.exists():
-        raise FileExistsError(f"checkpoint directory {out} already exists: checkpoints are never overwritten; "
-                              "train into a new directory (one per checkpoint id)")
-    work = out.with_name(out.name + ".partial")
-    shutil.rmtree(work, ignore_errors=True)  # left by a killed attempt at this same, unpublished checkpoint
+    kept, dropped = keep_fitting(examples, fits, what="example", max_length=cfg.max_length, progress=progress)
+    out, work = unpublished_dirs(out_dir)
     dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in kept])
     args = SFTConfig(
         output_dir=str(work / "trainer"),

@@ -3,7 +3,11 @@
 from flywheel.resources.envs import EnvResource
 from flywheel.resources.loop import LoopResource
 from flywheel.resources.policy import (
-    ManagedVLLMPolicy, OpenAICompatiblePolicy, PolicyResource, TransformersPolicy, make_policy,
+    ManagedVLLMPolicy,
+    OpenAICompatiblePolicy,
+    PolicyResource,
+    TransformersPolicy,
+    make_policy,
 )
 from flywheel.resources.store import StoreResource
 from flywheel.resources.teacher import OpenAITeacherResource, ScriptedTeacherResource, TeacherResource
