@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
                          "(fairer on a machine whose load drifts)")
     ap.add_argument("--skip-restart", action="store_true", help="do not time a restart (~2 min on this CPU)")
     ap.add_argument("--out", default="vllm_rollouts")
+    ap.add_argument("--dtype", default="auto",
+                    help="both engines: auto (bf16 only where native, else float32), float32 or bfloat16")
     args = ap.parse_args(argv)
     if not Path(args.vllm_python).exists():
         print(f"vllm_rollouts: no vLLM environment at {args.vllm_python}: run `make vllm` first", file=sys.stderr)
@@ -83,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
     tf_parallel = [] if args.skip_transformers else (
         args.parallel if args.transformers_parallel is None else args.transformers_parallel)
-    tf_gen = TransformersGenerator(args.model, dtype="bfloat16", max_batch_size=max(args.parallel), num_threads=1) \
+    tf_gen = TransformersGenerator(args.model, dtype=args.dtype, max_batch_size=max(args.parallel), num_threads=1) \
         if tf_parallel else None
 
     def run_tf(p: int) -> None:
@@ -100,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(dir=REPO_ROOT / ".cache") as tmp:
         k1 = perturbed_copy(args.model, Path(tmp) / "k1")
         cfg = VLLMServerConfig(python=args.vllm_python, log_dir=str(REPO_ROOT / "runs" / "bench_vllm"),
-                               max_model_len=4096)
+                               max_model_len=4096, dtype=args.dtype)
+        results["dtype"] = {"requested": args.dtype, "vllm": cfg.server_dtype()}
         with VLLMServer(cfg) as server:
             gen = ManagedVLLMGenerator(server, args.model, "smollm2")
             results["server_start_s"] = server.events[0].seconds
