@@ -1,6 +1,6 @@
 """Benchmark: rollouts through the managed vLLM server vs transformers `generate`, real ScienceWorld.
 
-Same checkpoint (SmolLM2-135M, bf16), same tasks, same step limit and generation budget, same
+Same checkpoint (SmolLM2-135M, `--dtype`: auto = bf16 only where native), same tasks, same step limit and generation budget, same
 warm env pool (`rollout_throughput.measure`); only the generator changes:
 - transformers: `TransformersGenerator` (left-padded batches, 1 torch thread), 1/4/8/16 envs;
 - vLLM: `ManagedVLLMGenerator` on a server from `.venv-vllm` (`make vllm`), prefix caching on,
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     def run_tf(p: int) -> None:
         r = measure(spec, tasks, tf_gen, p, args.max_steps, args.max_new_tokens, True)
         results["transformers"].append(r)
-        table.append(row("transformers (bf16, 1 thread)", r))
+        table.append(row(f"transformers ({args.dtype}, 1 thread)", r))
         print(table[-1], flush=True)
         save()
 
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                     run_tf(p)
                 r = measure(spec, tasks, gen, p, args.max_steps, args.max_new_tokens, True)
                 results["vllm"].append(r)
-                table.append(row("managed vLLM (bf16, prefix cache)", r))
+                table.append(row(f"managed vLLM ({cfg.server_dtype()}, prefix cache)", r))
                 print(table[-1], flush=True)
                 save()
             # Swaps: alternate k1 / base; greedy probe output must follow the weights.
