@@ -270,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     exp = sub.add_parser(
         "experiment", help="run (or resume) a named preset from experiments/*.yaml and write its report",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     exp.add_argument("preset", help="preset name (experiments/NAME.yaml) or a path to a preset file")
     exp.add_argument("--arms", nargs="*", help="run only these arms of the preset (default: all)")
@@ -282,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pap = sub.add_parser(
         "paper", help="the paper's Tables 1, 2, 4, 5 and Fig. 2 from experiments' stores (markdown, JSON, PNG)",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     pap.add_argument("experiments", nargs="+", help="preset name(s) or path(s), e.g. cpu-baselines-scienceworld")
     pap.add_argument("--runs-dir", default=None,
