@@ -560,6 +560,18 @@ def _err(r: dict[str, Any], side: str) -> float:
     return max(0.0, 100 * gap)
 
 
+def _finish(plt, fig, ax, path: Path, ylabel: str, title: str) -> str:
+    """Label (x is always the iteration k), save and close one plot; returns its file name."""
+    ax.set_xlabel("iteration k")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name
+
+
 def render_plots(results: dict[str, Any], out: Path) -> list[str]:
     import matplotlib
 
@@ -582,15 +594,9 @@ def render_plots(results: dict[str, Any], out: Path) -> list[str]:
             xs = [k - 0.4 + width * (i + 0.5) for k in ks]
             ax.errorbar(xs, rates, yerr=[lo, hi], fmt="o-", capsize=4, label=f"{arm} {s}")
             i += 1
-    ax.set_xlabel("iteration k")
-    ax.set_ylabel("success % (95% Wilson CI)")
-    ax.set_title(f"{results['preset']}: success by iteration")
     ax.set_xticks(range(results["iterations"] + 1))
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "success_by_k.png", dpi=110)
-    plt.close(fig)
-    written.append("success_by_k.png")
+    written.append(_finish(plt, fig, ax, out / "success_by_k.png", "success % (95% Wilson CI)",
+                           f"{results['preset']}: success by iteration"))
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for arm, res in arms.items():
@@ -599,14 +605,7 @@ def render_plots(results: dict[str, Any], out: Path) -> list[str]:
         ax.plot(ks, [r["gate"]["new_unique_successes"] for r in res["per_k"] if r.get("gate")], "s--",
                 label=f"{arm} new unique successes")
         ax.plot(ks, [r["gate"]["distinct_tasks"] for r in res["per_k"] if r.get("gate")], "^:", label=f"{arm} gated tasks")
-    ax.set_xlabel("iteration k")
-    ax.set_ylabel("trajectories / tasks")
-    ax.set_title("reward gate by iteration")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "gate_by_k.png", dpi=110)
-    plt.close(fig)
-    written.append("gate_by_k.png")
+    written.append(_finish(plt, fig, ax, out / "gate_by_k.png", "trajectories / tasks", "reward gate by iteration"))
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for arm, res in arms.items():
@@ -615,14 +614,8 @@ def render_plots(results: dict[str, Any], out: Path) -> list[str]:
         lo = [_err(r["rollouts"]["pass_rate"], "low") for r in rows]
         hi = [_err(r["rollouts"]["pass_rate"], "high") for r in rows]
         ax.errorbar([r["k"] for r in rows], rates, yerr=[lo, hi], fmt="o-", capsize=4, label=f"{arm} rollout pass rate")
-    ax.set_xlabel("iteration k")
-    ax.set_ylabel("successful rollouts % (95% CI)")
-    ax.set_title("training rollouts that pass the reward")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "rollout_pass_by_k.png", dpi=110)
-    plt.close(fig)
-    written.append("rollout_pass_by_k.png")
+    written.append(_finish(plt, fig, ax, out / "rollout_pass_by_k.png", "successful rollouts % (95% CI)",
+                           "training rollouts that pass the reward"))
     return written
 
 
