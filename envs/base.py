@@ -57,15 +57,45 @@ class Env(Protocol):
 SPLITS = ("train", "seen", "unseen")
 
 
+class StepView(Protocol):
+    """What a complexity signal may read of one played step (flywheel's `Step` has these fields)."""
+
+    observation: str  # what the agent saw before acting
+    action: str
+    next_observation: str  # what the env answered
+    reward: float
+    invalid: bool  # the env flagged the action as invalid (`StepResult.info["invalid"]`)
+
+
 @runtime_checkable
 class BenchmarkSpec(Protocol):
     """Everything the flywheel needs to know about one benchmark.
 
     Lives beside the env so adding a benchmark touches its own package plus one
-    line in the registry (`envs/__init__.py`).
+    line in the registry (`envs/__init__.py`); `flywheel/` never names a benchmark.
 
-    Optional attribute: `eval_splits` (default `("seen", "unseen")`), the splits evaluation
-    plays; a benchmark with one test set names one split so it is not played twice.
+    Optional attributes and methods (the flywheel uses the default when a spec lacks one):
+
+    - `eval_splits` (default `("seen", "unseen")`): the splits evaluation plays; a benchmark
+      with one test set names one split so it is not played twice.
+    - `eval_bucket_edges` (default `(5, 10)`): inclusive upper gold-path-length edges of the
+      easy / medium evaluation buckets (hard is above the last).
+    - `gold_length(task) -> int` (default `len(expert_actions(task))`): the gold path length
+      that grades an evaluation task, when a cheaper or shorter reference exists. A task whose
+      `expert_actions` is filled is graded by that, without asking the spec.
+    - `complexity_signals() -> {name: fn(steps) -> float}` (default `{}`): this benchmark's
+      own versions of the flywheel's complexity signals (`locations`, `subgoals`), over a
+      trajectory's steps (`StepView`); a signal it does not define uses the generic one
+      (flywheel/curriculum/complexity.py).
+    - `synthesizer()` (default: none, so stage-2 synthesis refuses the benchmark): the
+      benchmark's task synthesizer (`envs/<name>/synthesis.py`, imported lazily).
+    - `demo_task_types` (default `None`: all tasks), `demo_spec_options` and
+      `demo_env_options` (default `{}`): what `flywheel demo` uses for this benchmark unless
+      its flags say otherwise (e.g. a small model's compact prompt).
+
+    Spec options (`configure_spec`, `EnvResource.spec_options`) are the spec's dataclass init
+    fields; env options (`EnvResource.env_options`) are the keyword arguments of the env
+    class its `make_env` is annotated to return (see `env_option_names`).
     """
 
     name: str

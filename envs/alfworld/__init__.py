@@ -11,9 +11,10 @@ import hashlib
 import json
 import os
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from envs.alfworld import prompts
 from envs.alfworld.data import alfworld_root, game_file, load_index, load_traj_data
@@ -28,8 +29,11 @@ from envs.alfworld.tasks import (
     split_folder,
 )
 from envs.alfworld.worker import WorkerClient
-from envs.base import Task
+from envs.base import StepView, Task
 from envs.data import cache_dir
+
+if TYPE_CHECKING:
+    from envs.alfworld.synthesis import AlfWorldSynthesizer
 
 EXPERT_CACHE_VERSION = 1  # bump when the expert's behaviour changes
 
@@ -42,6 +46,9 @@ class AlfWorldSpec:
     root: str | None = None
     max_steps: int = DEFAULT_MAX_STEPS
     expert_seed: int = 0
+
+    # Evaluation buckets by gold (PDDL walkthrough) length: 3-10 steps in the splits.
+    eval_bucket_edges: ClassVar[tuple[float, ...]] = (4, 6)
 
     def load_tasks(self, split: str, *, limit: int | None = None, task_types: tuple[str, ...] | None = None) -> list[Task]:
         return load_tasks(split, limit=limit, task_types=task_types, root=self.root, max_steps=self.max_steps)
@@ -58,6 +65,15 @@ class AlfWorldSpec:
         if task.expert_actions is not None:
             return list(task.expert_actions)
         return list(self.expert_result(task)["actions"])
+
+    def gold_length(self, task: Task) -> int:
+        """The game's PDDL walkthrough: the planner's shortest path, shipped with every game.
+
+        The handcoded expert's own paths search receptacles and are longer; grading a task
+        needs neither them nor a worker process.
+        """
+        walkthrough = task.meta.get("walkthrough")
+        return len(walkthrough) if walkthrough else len(self.expert_actions(task))
 
     def expert_result(self, task: Task) -> dict[str, Any]:
         """{"actions", "source", "handcoded": {...}, "walkthrough_won"} for `task`."""
@@ -82,6 +98,18 @@ class AlfWorldSpec:
 
     def describe_action(self, action: str) -> str:
         return prompts.describe_action(action)
+
+    def complexity_signals(self) -> dict[str, Callable[[Sequence[StepView]], float]]:
+        """`subgoals` = distinct state changes (reward is 0/1); `locations` stays the generic one."""
+        from envs.alfworld.complexity import state_changes
+
+        return {"subgoals": state_changes}
+
+    def synthesizer(self) -> AlfWorldSynthesizer:
+        """Stage 2's task synthesizer, imported on first use (only the curriculum needs it)."""
+        from envs.alfworld.synthesis import SYNTHESIZER
+
+        return SYNTHESIZER
 
 
 _EXPERT_WORKER = WorkerClient(recycle_every=50, max_rss_mb=1024.0, timeout_s=600.0)

@@ -16,14 +16,18 @@ and every step's `info["catalog"]` say "original WebShop data" or
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from envs.base import Task
+from envs.base import StepView, Task
 from envs.webshop.catalog import CATALOG_ORIGINAL, CATALOG_STANDIN, Catalog, load_catalog
 from envs.webshop.env import WebShopEnv, engine_for, goal_index
 from envs.webshop.oracle import OraclePlan, plan
 from envs.webshop.prompts import describe_action, normalize_action, system_prompt
+
+if TYPE_CHECKING:
+    from envs.webshop.synthesis import WebShopSynthesizer
 
 MAX_STEPS = 10  # ETO protocol
 TEST_SPLITS = ("seen", "unseen", "test")
@@ -41,6 +45,8 @@ class WebShopSpec:
     # One test set: "seen" and "unseen" are the same 200 goals, so evaluation plays it once
     # (reported in the "unseen" column, as the paper's single WebShop column).
     eval_splits = ("unseen",)
+    # Evaluation buckets by the oracle's length: search, product, options..., buy; > 5 needs paging.
+    eval_bucket_edges: ClassVar[tuple[float, ...]] = (4, 5)
 
     data_path: str | None = None
     max_steps: int = MAX_STEPS
@@ -129,6 +135,18 @@ class WebShopSpec:
 
     def describe_action(self, action: str) -> str:
         return describe_action(action)
+
+    def complexity_signals(self) -> dict[str, Callable[[Sequence[StepView]], float]]:
+        """`locations` = searches and product pages; `subgoals` = option clicks and the purchase."""
+        from envs.webshop.complexity import choices_made, pages_visited
+
+        return {"locations": pages_visited, "subgoals": choices_made}
+
+    def synthesizer(self) -> WebShopSynthesizer:
+        """Stage 2's task synthesizer, imported on first use (only the curriculum needs it)."""
+        from envs.webshop.synthesis import SYNTHESIZER
+
+        return SYNTHESIZER
 
 
 SPEC = WebShopSpec()
