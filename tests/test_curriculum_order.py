@@ -4,6 +4,7 @@ import itertools
 
 import pytest
 
+from envs import get_benchmark
 from flywheel.curriculum.buckets import Buckets, eval_buckets, quantile_buckets, success_by_bucket
 from flywheel.curriculum.complexity import ComplexityScorer, register_signal
 from flywheel.curriculum.order import CurriculumSampler, grade
@@ -25,23 +26,24 @@ def test_signals_length_locations_subgoals():
     sw = traj("scienceworld", ["open door to kitchen", "go to kitchen", "look around", "go to hallway", "go to kitchen",
                                "focus on cup"], rewards=[0.0, 0.08, 0.08, 0.08, 0.08, 1.0],
               first_obs="Your task is...\n\nThis room is called the hallway. In it, you see:")
-    c = ComplexityScorer(other="locations").score(sw)
+    SW, ALF, WS = (get_benchmark(b) for b in ("scienceworld", "alfworld", "webshop"))
+    c = ComplexityScorer(other="locations").score(sw, SW)
     assert (c.length, c.other_signal, c.score) == (6, 2.0, 6.0)  # hallway (start) + kitchen
-    assert ComplexityScorer(other="subgoals").score(sw).other_signal == 2.0  # two score increases
+    assert ComplexityScorer(other="subgoals").score(sw, SW).other_signal == 2.0  # two score increases
     alf = traj("alfworld", ["look", "go to cabinet 1", "open cabinet 1", "go to countertop 1",
                             "take apple 1 from countertop 1", "go to fridge 1", "move apple 1 to fridge 1"])
-    assert ComplexityScorer(other="locations").score(alf).other_signal == 4.0  # start + 3 receptacles
-    assert ComplexityScorer(other="subgoals").score(alf).other_signal == 3.0  # open, take, move
+    assert ComplexityScorer(other="locations").score(alf, ALF).other_signal == 4.0  # start + 3 receptacles
+    assert ComplexityScorer(other="subgoals").score(alf, ALF).other_signal == 3.0  # open, take, move
     ws = traj("webshop", ["search[red shirt]", "click[B0ABCDEFGH]", "click[< Prev]", "click[B0ZZZZZZZZ]",
                           "click[red]", "click[large]", "click[Buy Now]"])
-    assert ComplexityScorer(other="locations").score(ws).other_signal == 3.0  # one search, two products
-    assert ComplexityScorer(other="subgoals").score(ws).other_signal == 3.0  # two options, buy
+    assert ComplexityScorer(other="locations").score(ws, WS).other_signal == 3.0  # one search, two products
+    assert ComplexityScorer(other="subgoals").score(ws, WS).other_signal == 3.0  # two options, buy
 
 
 def test_scorer_is_pluggable_and_checks_names():
     register_signal("constant_two", lambda t: 2.0)
     t = traj("alfworld", ["look", "go to desk 1"])
-    assert ComplexityScorer({"length": 1.0, "constant_two": 3.0}).score(t).score == 8.0
+    assert ComplexityScorer({"length": 1.0, "constant_two": 3.0}).score(t, get_benchmark("alfworld")).score == 8.0
     with pytest.raises(ValueError, match="Unknown complexity signal"):
         ComplexityScorer({"nope": 1.0})
 
@@ -50,8 +52,8 @@ def test_buckets_edges_and_quantiles():
     b = Buckets((10, 17))
     assert [b.of(x) for x in (3, 10, 11, 17, 18, None)] == ["easy", "easy", "medium", "medium", "hard", "unknown"]
     assert b.describe() == "easy <= 10, 10 < medium <= 17, hard > 17"
-    assert eval_buckets("scienceworld").edges == (10.0, 17.0)  # paper Fig. 2: hard > 17
-    assert eval_buckets("scienceworld", [5, 6]).edges == (5.0, 6.0)
+    assert eval_buckets(get_benchmark("scienceworld")).edges == (10.0, 17.0)  # paper Fig. 2: hard > 17
+    assert eval_buckets(get_benchmark("scienceworld"), [5, 6]).edges == (5.0, 6.0)
     q = quantile_buckets([1, 2, 3, 4, 5, 6, 7, 8, 9])
     assert q.edges == (3.0, 6.0)
     with pytest.raises(ValueError):
@@ -63,7 +65,7 @@ def test_buckets_edges_and_quantiles():
 
 def _scored(lengths):
     trajs = [traj("alfworld", ["look"] * n, task=f"t{i}") for i, n in enumerate(lengths)]
-    return trajs, ComplexityScorer().score_all(trajs)
+    return trajs, ComplexityScorer().score_all(trajs, get_benchmark("alfworld"))
 
 
 def test_curriculum_sampler_yields_non_decreasing_complexity():

@@ -40,7 +40,7 @@ def seeds_of(benchmark, **load):
 
 def run(benchmark, teacher, seed_tasks, seed_trajs, n):
     spec = get_benchmark(benchmark)
-    return synthesize(benchmark=benchmark, synthesizer=get_synthesizer(benchmark), teacher=teacher,
+    return synthesize(benchmark=benchmark, synthesizer=get_synthesizer(spec), teacher=teacher,
                       seed_tasks=seed_tasks, seed_trajs=seed_trajs,
                       holdout=spec.load_tasks("seen") + spec.load_tasks("unseen"),
                       instructions=spec.system_prompt(), n_proposals=n)
@@ -125,7 +125,7 @@ def test_scienceworld_synthesized_tasks_round_trip_and_rejections():
 
 def test_alfworld_proposals_are_checked_against_the_scene():
     spec = get_benchmark("alfworld")
-    synth = get_synthesizer("alfworld")
+    synth = get_synthesizer(spec)
     seeds = spec.load_tasks("train", limit=2, task_types=("pick_and_place_simple",))
     holdout = spec.load_tasks("seen") + spec.load_tasks("unseen")
     cands = synth.candidates(seeds, holdout=holdout, limit=6)

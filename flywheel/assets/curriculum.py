@@ -15,6 +15,7 @@ from collections import Counter
 
 import dagster as dg
 
+from envs.base import BenchmarkSpec
 from flywheel.assets._common import progress_logger, rounded
 from flywheel.assets.bootstrap import teacher_quaternions
 from flywheel.curriculum.buckets import Buckets, eval_buckets
@@ -40,7 +41,7 @@ class CurriculumResource(dg.ConfigurableResource):
     scorer_weights: dict[str, float] = {"length": 1.0}  # complexity score = sum(weight * signal)
     other_signal: str = "locations"  # second signal recorded beside length: locations | subgoals
     train_bucket_edges: dict[str, list[float]] = {}  # per benchmark, score units; default: terciles
-    eval_bucket_edges: dict[str, list[float]] = {}  # per benchmark, gold-length units; default: buckets.py
+    eval_bucket_edges: dict[str, list[float]] = {}  # per benchmark, gold-length units; default: the spec's
     seed: int = 0
 
     def mode(self) -> str:
@@ -60,8 +61,8 @@ class CurriculumResource(dg.ConfigurableResource):
     def train_edges(self, benchmark: str) -> list[float] | None:
         return self.train_bucket_edges.get(benchmark) or None
 
-    def eval_buckets(self, benchmark: str) -> Buckets:
-        return eval_buckets(benchmark, self.eval_bucket_edges.get(benchmark))
+    def eval_buckets(self, spec: BenchmarkSpec) -> Buckets:
+        return eval_buckets(spec, self.eval_bucket_edges.get(spec.name))
 
 
 @dg.asset(partitions_def=benchmark_partitions, group_name="curriculum", deps=[teacher_quaternions], kinds={"duckdb"})
@@ -83,7 +84,7 @@ def synthetic_curriculum(
     synthetic = []
     if curriculum.synthesize:
         result = synthesize(
-            benchmark=benchmark, synthesizer=get_synthesizer(benchmark), teacher=annotator,
+            benchmark=benchmark, synthesizer=get_synthesizer(spec), teacher=annotator,
             seed_tasks=envs.tasks(benchmark, "train"), seed_trajs=seeds,
             holdout=spec.load_tasks("seen") + spec.load_tasks("unseen"), instructions=spec.system_prompt(),
             n_proposals=curriculum.n_proposals(len(seeds)), candidate_limit=curriculum.candidate_limit,
@@ -114,7 +115,7 @@ def synthetic_curriculum(
                          "status": "synthesis off (ablation): seeds only"})
 
     trajs = seeds + synthetic
-    _, ordered, buckets = grade(trajs, scorer.score_all(trajs), edges=curriculum.train_edges(benchmark),
+    _, ordered, buckets = grade(trajs, scorer.score_all(trajs, spec), edges=curriculum.train_edges(benchmark),
                                 mode=mode if mode != "shuffle" else "curriculum", seed=curriculum.seed)
     write_curriculum(db, benchmark, ordered, other_signal=scorer.other, scorer=scorer.name)
     seed_len, syn_len = [len(t.steps) for t in seeds], [len(t.steps) for t in synthetic]

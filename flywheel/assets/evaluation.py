@@ -41,7 +41,7 @@ def evaluation(
     ckpt = checkpoint_for(db, benchmark, k)
     spec = envs.spec(benchmark)
     generator = policy.generator(ckpt["path"], ckpt["checkpoint_id"])
-    buckets = curriculum.eval_buckets(benchmark)
+    buckets = curriculum.eval_buckets(spec)
     rows, bucket_rows = [], []
     # Both splits in one rollout call, so all their episodes share the generation batch.
     splits = envs.eval_splits(benchmark)

@@ -95,7 +95,7 @@ def sft_checkpoint(
     instructions = spec.system_prompt()
     cfg = policy.train_config()
     mode, scorer = curriculum.mode(), curriculum.scorer()
-    scored = scorer.score_all(trajs)
+    scored = scorer.score_all(trajs, spec)
     if mode == "shuffle":  # recorded as loaded; the trainer shuffles
         ordered, _ = assign_buckets(scored, curriculum.train_edges(benchmark))
     else:  # easy to hard: the examples keep this order and the trainer walks them in order

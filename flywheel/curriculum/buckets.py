@@ -1,9 +1,8 @@
 """Complexity buckets (easy / medium / hard): edges, assignment and success by bucket.
 
 Edges are upper bounds, inclusive: edges (10, 17) mean easy <= 10 < medium <= 17 < hard.
-Evaluation buckets use the gold (expert) path length of each task; the ScienceWorld
-default follows the paper's Fig. 2, where "hard" is more than 17 gold steps (the
-easy/medium edge at 10 is this project's choice). All edges are configurable.
+Evaluation buckets use the gold (expert) path length of each task, with edges from the
+benchmark's spec (`eval_bucket_edges`, default `DEFAULT_EVAL_EDGES`). All edges are configurable.
 """
 
 from __future__ import annotations
@@ -13,15 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from envs.base import BenchmarkSpec
+
 BUCKETS = ("easy", "medium", "hard")
 UNKNOWN = "unknown"
 
-# Gold-path length edges per benchmark for evaluation buckets.
-DEFAULT_EVAL_EDGES: dict[str, tuple[float, float]] = {
-    "scienceworld": (10, 17),  # paper Fig. 2: hard = more than 17 gold steps
-    "alfworld": (4, 6),  # PDDL walkthrough lengths (3-10 steps in the splits)
-    "webshop": (4, 5),  # expert: search, product, options..., buy; > 5 needs paging
-}
+# Gold-path length edges for a benchmark whose spec names none.
+DEFAULT_EVAL_EDGES: tuple[float, ...] = (5, 10)
 
 
 @dataclass(frozen=True)
@@ -68,8 +65,9 @@ class Buckets:
         return ", ".join(parts)
 
 
-def eval_buckets(benchmark: str, override: Sequence[float] | None = None) -> Buckets:
-    edges = tuple(override) if override else DEFAULT_EVAL_EDGES.get(benchmark, (5, 10))
+def eval_buckets(spec: BenchmarkSpec, override: Sequence[float] | None = None) -> Buckets:
+    """Evaluation buckets of `spec`'s benchmark: `override` edges if given, else the spec's `eval_bucket_edges`."""
+    edges = tuple(override) if override else tuple(getattr(spec, "eval_bucket_edges", DEFAULT_EVAL_EDGES))
     return Buckets(tuple(float(e) for e in edges))
 
 

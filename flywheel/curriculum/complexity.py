@@ -5,12 +5,15 @@ Every trajectory also gets a second signal (distinct locations visited, by defau
 so both are recorded and either can drive the order:
 
 - `length`: number of steps (the paper's choice).
-- `locations`: distinct places the trajectory went to: rooms in ScienceWorld (`go to`,
-  `teleport to`, plus the start room), receptacles in ALFWorld (`go to X`), pages in
-  WebShop (each distinct search and product page).
-- `subgoals`: distinct sub-goals reached: ScienceWorld's partial-score increases (the
-  engine's own sub-goal accounting); elsewhere distinct state-changing actions
-  (take/move/heat/clean/cool/use/open, option clicks, buy).
+- `locations`: distinct places the trajectory went to.
+- `subgoals`: distinct sub-goals reached.
+
+A signal is a function of a trajectory's steps. The generic ones here fit a text game
+(`locations`: the start plus each target of a valid `go to X` / `teleport to X`;
+`subgoals`: how often the reward rose, the env's own partial-progress accounting); a
+benchmark whose places or sub-goals read differently defines its own under the same name
+in its spec's `complexity_signals()` (envs/base.py), and that one is used for its
+trajectories.
 
 Add a signal with `register_signal(name, fn)`; a `ComplexityScorer` combines signals
 with weights, e.g. `ComplexityScorer({"length": 1.0, "locations": 2.0})`.
@@ -22,79 +25,55 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from envs.base import BenchmarkSpec, StepView
 from flywheel.trajectory import Trajectory
 
-Signal = Callable[[Trajectory], float]
+Signal = Callable[[Sequence[StepView]], float]
 SIGNALS: dict[str, Signal] = {}
 
-_INVALID_OBS = ("No known action matches that input.", "Unknown action.", "Nothing happens.", "Invalid action!")
-_SW_ROOM = re.compile(r"This room is called the ([^.]+)\.")
 _MOVE = re.compile(r"^(?:go to|teleport to)\s+(.+)$")
-_ALF_STATE = re.compile(r"^(take|move|put|heat|cool|clean|use|open|close|toggle|slice)\b")
 
 
 def register_signal(name: str, fn: Signal) -> Signal:
-    """Make `fn(traj) -> float` available to scorers under `name`."""
+    """Make `fn(steps) -> float` available to scorers under `name`."""
     SIGNALS[name] = fn
     return fn
 
 
-def _valid(step) -> bool:
-    return not step.invalid and not step.next_observation.lstrip().startswith(_INVALID_OBS)
+def trajectory_length(steps: Sequence[StepView]) -> float:
+    return float(len(steps))
 
 
-def trajectory_length(traj: Trajectory) -> float:
-    return float(len(traj.steps))
-
-
-def distinct_locations(traj: Trajectory) -> float:
-    """Distinct places visited (see module doc); 0 for an empty trajectory."""
-    if not traj.steps:
+def distinct_locations(steps: Sequence[StepView]) -> float:
+    """The start plus each distinct target of a valid move; 0 for an empty trajectory."""
+    if not steps:
         return 0.0
-    places: set[str] = set()
-    if traj.benchmark == "webshop":
-        for s in traj.steps:
-            a = s.action.strip().lower()
-            if _valid(s) and (a.startswith("search[") or re.match(r"click\[b0[0-9a-z]{8}\]", a)):
-                places.add(a)
-        return float(len(places))
-    if traj.benchmark == "scienceworld":
-        start = _SW_ROOM.search(traj.steps[0].observation)
-        if start:
-            places.add(start.group(1).strip().lower())
-    else:
-        places.add("<start>")
-    for s in traj.steps:
+    places = {"<start>"}
+    for s in steps:
         m = _MOVE.match(s.action.strip().lower())
-        if m and _valid(s):
-            places.add(re.sub(r"^(the )?door to ", "", m.group(1)).strip())
+        if m and not s.invalid:
+            places.add(m.group(1).strip())
     return float(len(places))
 
 
-def distinct_subgoals(traj: Trajectory) -> float:
-    """Distinct sub-goals reached (see module doc)."""
-    if traj.benchmark == "scienceworld":
-        increases, best = 0, 0.0
-        for s in traj.steps:
-            if s.reward > best + 1e-9:
-                increases, best = increases + 1, s.reward
-        return float(increases)
-    done: set[str] = set()
-    for s in traj.steps:
-        a = s.action.strip().lower()
-        if not _valid(s):
-            continue
-        if traj.benchmark == "webshop":
-            if a.startswith("click[") and not re.match(r"click\[(b0[0-9a-z]{8}|next >|< prev|back to search)\]", a):
-                done.add(a)
-        elif _ALF_STATE.match(a) or a.startswith(("pick up", "put down", "pour", "mix", "activate", "connect", "focus on")):
-            done.add(a)
-    return float(len(done))
+def reward_increases(steps: Sequence[StepView]) -> float:
+    """How often the reward rose above its best so far."""
+    increases, best = 0, 0.0
+    for s in steps:
+        if s.reward > best + 1e-9:
+            increases, best = increases + 1, s.reward
+    return float(increases)
 
 
 register_signal("length", trajectory_length)
 register_signal("locations", distinct_locations)
-register_signal("subgoals", distinct_subgoals)
+register_signal("subgoals", reward_increases)
+
+
+def signals_for(spec: BenchmarkSpec) -> dict[str, Signal]:
+    """The registered signals, with the benchmark's own versions (`spec.complexity_signals()`) in place."""
+    own = getattr(spec, "complexity_signals", None)
+    return {**SIGNALS, **(own() if own is not None else {})}
 
 
 @dataclass(frozen=True)
@@ -128,13 +107,22 @@ class ComplexityScorer:
     def name(self) -> str:
         return "+".join(f"{w:g}*{n}" for n, w in self.weights.items())
 
-    def score(self, traj: Trajectory) -> Complexity:
-        values = {n: SIGNALS[n](traj) for n in {*self.weights, self.other, "length"}}
-        total = sum(w * values[n] for n, w in self.weights.items())
-        return Complexity(
-            traj_id=traj.traj_id, source=traj.source, task_id=traj.task_id, length=int(values["length"]),
-            other_signal=float(values[self.other]), score=float(total),
-        )
+    def score(self, traj: Trajectory, spec: BenchmarkSpec) -> Complexity:
+        """Score one trajectory of `spec`'s benchmark (its own signals replace the generic ones)."""
+        return self.score_all([traj], spec)[0]
 
-    def score_all(self, trajs: Sequence[Trajectory]) -> list[Complexity]:
-        return [self.score(t) for t in trajs]
+    def score_all(self, trajs: Sequence[Trajectory], spec: BenchmarkSpec) -> list[Complexity]:
+        """Score trajectories of `spec`'s benchmark; one of another benchmark is a ValueError."""
+        signals = signals_for(spec)
+        names = {*self.weights, self.other, "length"}
+        scored = []
+        for traj in trajs:
+            if traj.benchmark != spec.name:
+                raise ValueError(f"trajectory {traj.traj_id} is {traj.benchmark!r}, scored as {spec.name!r}")
+            values = {n: signals[n](traj.steps) for n in names}
+            total = sum(w * values[n] for n, w in self.weights.items())
+            scored.append(Complexity(
+                traj_id=traj.traj_id, source=traj.source, task_id=traj.task_id, length=int(values["length"]),
+                other_signal=float(values[self.other]), score=float(total),
+            ))
+        return scored

@@ -1,10 +1,8 @@
 """Gold (expert) path length of evaluation tasks, cached in DuckDB (`gold_lengths`).
 
-- ScienceWorld: the engine's gold path (`SPEC.expert_actions`, one shared JVM).
-- ALFWorld: the game's PDDL walkthrough (`Task.meta["walkthrough"]`), the planner's
-  shortest path, which ships with every game (the handcoded expert's own paths search
-  receptacles and are longer; they are not needed to grade a task).
-- WebShop: the oracle's path (search, result pages, product, options, buy).
+A task's gold length is its `expert_actions` when the task carries them, else the spec's
+`gold_length(task)` where it defines one (a benchmark with a cheaper or shorter reference
+than its expert, e.g. a shipped walkthrough), else the length of `spec.expert_actions(task)`.
 
 A task whose expert fails gets length None (bucket "unknown") and the error is cached too.
 """
@@ -21,10 +19,8 @@ from flywheel.store import Store
 def gold_length(spec: BenchmarkSpec, task: Task) -> int:
     if task.expert_actions:
         return len(task.expert_actions)
-    walkthrough = task.meta.get("walkthrough")
-    if walkthrough:
-        return len(walkthrough)
-    return len(spec.expert_actions(task))
+    own = getattr(spec, "gold_length", None)
+    return own(task) if own is not None else len(spec.expert_actions(task))
 
 
 def gold_lengths(

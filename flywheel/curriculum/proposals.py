@@ -6,8 +6,8 @@ else a teacher returns (a string, a list, an object without params) is kept as a
 *rejected* proposal with the reason, never an exception.
 
 The per-benchmark synthesizers live beside the envs (`envs/<name>/synthesis.py`, no
-flywheel imports) and are found through `SYNTHESIZERS`, a plain dict like the env
-registry. Each one implements `TaskSynthesizer` (structurally).
+flywheel imports); each benchmark's spec hands out its own (`spec.synthesizer()`), which
+implements `TaskSynthesizer` (structurally).
 """
 
 from __future__ import annotations
@@ -19,14 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from envs import load_ref
-from envs.base import Env, Task
+from envs.base import BenchmarkSpec, Env, Task
 
-SYNTHESIZERS: dict[str, str] = {
-    "alfworld": "envs.alfworld.synthesis:SYNTHESIZER",
-    "scienceworld": "envs.scienceworld.synthesis:SYNTHESIZER",
-    "webshop": "envs.webshop.synthesis:SYNTHESIZER",
-}
 META_KEYS = ("kind", "rationale", "expected_length", "note", "from_seed", "params")
 
 
@@ -61,13 +55,15 @@ class UnknownSynthesizerError(KeyError):
         return str(self.args[0])
 
 
-def get_synthesizer(benchmark: str) -> TaskSynthesizer:
-    if benchmark not in SYNTHESIZERS:
+def get_synthesizer(spec: BenchmarkSpec) -> TaskSynthesizer:
+    """The benchmark's task synthesizer, from its spec (`synthesizer()`, see envs/base.py)."""
+    own = getattr(spec, "synthesizer", None)
+    if own is None:
         raise UnknownSynthesizerError(
-            f"No task synthesizer for {benchmark!r}. Known: {', '.join(sorted(SYNTHESIZERS))} "
-            "(register one in flywheel/curriculum/proposals.py)."
+            f"No task synthesizer for {spec.name!r}: its spec defines no `synthesizer()` (add one beside its env, "
+            "in envs/<name>/synthesis.py), or turn synthesis off (CurriculumResource(synthesize=False))."
         )
-    return load_ref(SYNTHESIZERS[benchmark])
+    return own()
 
 
 @dataclass
