@@ -9,9 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-DEMO_TASK_TYPES = ["find-non-living-thing", "lifespan-longest-lived", "lifespan-shortest-lived"]
-# The demo's default task types, per benchmark (none given = all of the benchmark's tasks).
-DEFAULT_TASK_TYPES = {"scienceworld": DEMO_TASK_TYPES}
 # The demo's numeric flags and the option names their bounds live under (flywheel/validation.py).
 DEMO_OPTIONS = {"train_tasks": "train_limit", "eval_tasks": "eval_limit", "samples": "samples_per_task",
                 "iterations": "iterations", "max_steps": "max_steps", "epochs": "epochs", "lr": "learning_rate",
@@ -21,12 +18,14 @@ DEMO_OPTIONS = {"train_tasks": "train_limit", "eval_tasks": "eval_limit", "sampl
 
 
 def validate_demo_args(args: argparse.Namespace) -> None:
-    """Every numeric option within its bound, before any work (ConfigurationError names the flag)."""
+    """Every numeric option within its bound and every benchmark option one the benchmark takes,
+    before any work (ConfigurationError names the flag or the valid options)."""
     from flywheel.validation import check_benchmark, check_options
 
     check_benchmark(args.benchmark, where="--benchmark")
     check_options({opt: getattr(args, flag) for flag, opt in DEMO_OPTIONS.items()},
                   names={opt: "--" + flag.replace("_", "-") for flag, opt in DEMO_OPTIONS.items()})
+    demo_options(args, _demo_spec(args))
 
 
 def _instance():
@@ -42,13 +41,17 @@ def demo_resources(args: argparse.Namespace) -> dict:
     from flywheel.resources import EnvResource, ScriptedTeacherResource, StoreResource, TransformersPolicy
 
     runs = Path(args.runs_dir)
+    spec = _demo_spec(args)
+    spec_options, env_options = demo_options(args, spec)
+    b = args.benchmark
     return {
         "store": StoreResource(path=str(runs / "flywheel.duckdb")),
         "teacher": ScriptedTeacherResource(),
         "envs": EnvResource(
-            task_types={args.benchmark: types} if (types := _task_types(args)) else {},
+            task_types={b: types} if (types := demo_task_types(args, spec)) else {},
             train_limit=args.train_tasks, eval_limit=args.eval_tasks, max_steps=args.max_steps,
-            **_scienceworld_demo_options(args),
+            spec_options={b: spec_options} if spec_options else {},
+            env_options={b: env_options} if env_options else {},
         ),
         "policy": TransformersPolicy(
             base_model_path=args.model, checkpoints_dir=str(runs / "checkpoints"),
@@ -62,17 +65,60 @@ def demo_resources(args: argparse.Namespace) -> dict:
     }
 
 
-def _task_types(args: argparse.Namespace) -> list[str]:
-    """--task-types if given, else the demo's defaults for that benchmark (none for ALFWorld and WebShop)."""
-    return args.task_types if args.task_types is not None else DEFAULT_TASK_TYPES.get(args.benchmark, [])
+def _demo_spec(args: argparse.Namespace):
+    from envs import get_benchmark
+
+    return get_benchmark(args.benchmark)
 
 
-def _scienceworld_demo_options(args: argparse.Namespace) -> dict:
-    """The demo's small-model settings: the compact prompt and the teleport-shortcut expert."""
-    if args.benchmark != "scienceworld":
-        return {}
-    return {"spec_options": {"scienceworld": {"prompt": args.prompt}},
-            "env_options": {"scienceworld": {"expert_path": args.expert_path}}}
+def demo_task_types(args: argparse.Namespace, spec) -> list[str]:
+    """--task-types if given, else the benchmark's own `demo_task_types` (none: all of its tasks)."""
+    if args.task_types is not None:
+        return list(args.task_types)
+    return list(getattr(spec, "demo_task_types", None) or ())
+
+
+def demo_options(args: argparse.Namespace, spec) -> tuple[dict, dict]:
+    """(spec options, env options) for the demo's benchmark.
+
+    The benchmark's own demo settings (`demo_spec_options`, `demo_env_options`: e.g. a small
+    model's compact prompt), then --spec-option / --env-option, then the --prompt and
+    --expert-path shorthands; an option the benchmark does not take is a ConfigurationError
+    that lists the ones it does.
+    """
+    from envs import check_env_options, configure_spec
+    from flywheel.validation import ConfigurationError
+
+    spec_options = {**getattr(spec, "demo_spec_options", {}), **_key_values(args.spec_option, "--spec-option")}
+    env_options = {**getattr(spec, "demo_env_options", {}), **_key_values(args.env_option, "--env-option")}
+    if args.prompt is not None:
+        spec_options["prompt"] = args.prompt
+    if args.expert_path is not None:
+        env_options["expert_path"] = args.expert_path
+    try:
+        configure_spec(spec, spec_options)
+        check_env_options(spec, env_options)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+    return spec_options, env_options
+
+
+def _key_values(items: list[str] | None, flag: str) -> dict:
+    """KEY=VALUE pairs; a VALUE that reads as JSON (5, 0.5, true, null) is that value, else the string."""
+    import json
+
+    from flywheel.validation import ConfigurationError
+
+    options = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigurationError(f"{flag} takes KEY=VALUE, got {item!r}")
+        try:
+            options[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key.strip()] = value
+    return options
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -220,6 +266,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from envs import DEFAULT_BENCHMARK, REGISTRY
     from flywheel.settings import default_base_model, runs_dir
 
     parser = argparse.ArgumentParser(
@@ -239,12 +286,13 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--tiny", action="store_true", help="random tiny Llama + local tokenizer, for tests")
     prep.set_defaults(fn=cmd_prepare_model)
 
-    demo = sub.add_parser("demo", help="the embedded default: ScienceWorld, scripted teacher, SmolLM2, one gated iteration")
-    demo.add_argument("--benchmark", default="scienceworld", help="alfworld, scienceworld or webshop")
+    demo = sub.add_parser("demo", help=f"the embedded default: {DEFAULT_BENCHMARK}, scripted teacher, SmolLM2, one gated "
+                          "iteration")
+    demo.add_argument("--benchmark", default=DEFAULT_BENCHMARK, help=f"one of {', '.join(REGISTRY)}")
     demo.add_argument("--model", default=default_base_model(), help="base model folder ($FLYWHEEL_BASE_MODEL)")
     demo.add_argument("--runs-dir", default=str(runs_dir() / "demo"), help="store and checkpoints ($FLYWHEEL_RUNS_DIR/demo)")
     demo.add_argument("--task-types", nargs="*", default=None,
-                      help=f"default: {' '.join(DEMO_TASK_TYPES)} for scienceworld, all tasks otherwise")
+                      help="default: the benchmark's demo task types (`demo_task_types` in its spec), else all tasks")
     demo.add_argument("--train-tasks", type=int, default=16, help="training tasks (seeds and rollouts)")
     demo.add_argument("--eval-tasks", type=int, default=6, help="evaluation tasks per split")
     demo.add_argument("--samples", type=int, default=2, help="rollouts per training task and iteration")
@@ -262,10 +310,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--torch-threads", type=int, default=0, help="0 = torch default; 1 on a busy machine")
     demo.add_argument("--history-window", type=int, default=6, help="past (plan, action, observation) steps in a prompt")
     demo.add_argument("--max-observation-chars", type=int, default=400, help="observations in the history cut to this")
-    demo.add_argument("--prompt", choices=["full", "compact"], default="compact",
-                      help="ScienceWorld system prompt (compact: 146 tokens instead of 584)")
-    demo.add_argument("--expert-path", choices=["gold", "shortcut"], default="shortcut",
-                      help="ScienceWorld seeds: the engine's gold path, or walks collapsed into teleports")
+    demo.add_argument("--spec-option", action="append", metavar="KEY=VALUE",
+                      help="a field of the benchmark's spec (repeatable; default: the spec's `demo_spec_options`)")
+    demo.add_argument("--env-option", action="append", metavar="KEY=VALUE",
+                      help="a keyword of the benchmark's env (repeatable; default: the spec's `demo_env_options`)")
+    demo.add_argument("--prompt", help="--spec-option prompt=PROMPT, for a benchmark with prompt variants "
+                      "(full, or compact for small models)")
+    demo.add_argument("--expert-path", help="--env-option expert_path=PATH, for a benchmark whose env offers "
+                      "expert variants (gold, or shortcut: walks collapsed into teleports)")
     demo.set_defaults(fn=cmd_demo)
 
     exp = sub.add_parser(
@@ -284,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
         "paper", help="the paper's Tables 1, 2, 4, 5 and Fig. 2 from experiments' stores (markdown, JSON, PNG)",
         formatter_class=HelpFormatter,
     )
-    pap.add_argument("experiments", nargs="+", help="preset name(s) or path(s), e.g. cpu-baselines-scienceworld")
+    pap.add_argument("experiments", nargs="+", help="preset name(s) (experiments/NAME.yaml) or path(s)")
     pap.add_argument("--runs-dir", default=None,
                      help="the experiment's stores (one experiment only; default: $FLYWHEEL_RUNS_DIR/experiments/NAME)")
     pap.add_argument("--results-dir", default=None,
@@ -302,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     expo.set_defaults(fn=cmd_export)
 
     rep = sub.add_parser("report", help="print the evaluation table from the store")
-    rep.add_argument("--benchmark", default="scienceworld", help="benchmark whose evaluations to print")
+    rep.add_argument("--benchmark", default=DEFAULT_BENCHMARK, help="benchmark whose evaluations to print")
     rep.add_argument("--runs-dir", default=None,
                      help="folder of flywheel.duckdb (default: $FLYWHEEL_RUNS_DIR/demo if it has a store, else $FLYWHEEL_RUNS_DIR, where the UI writes)")
     rep.add_argument("--paper", action="store_true", help="all benchmarks in the paper's Table 1 layout")

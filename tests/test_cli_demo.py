@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from flywheel.cli import build_parser, demo_resources
+from flywheel.cli import build_parser, demo_resources, validate_demo_args
+from flywheel.validation import ConfigurationError
 
 
 def test_demo_defaults_use_the_small_model_settings_on_scienceworld(tmp_path):
@@ -26,5 +27,5 @@ def test_demo_on_another_benchmark_passes_no_scienceworld_options(tmp_path):
 
 
 def test_demo_rejects_an_unknown_prompt():
-    with pytest.raises(SystemExit):
-        build_parser().parse_args(["demo", "--prompt", "tiny"])
+    with pytest.raises(ConfigurationError, match="Valid: full, compact"):
+        validate_demo_args(build_parser().parse_args(["demo", "--prompt", "tiny"]))

@@ -142,12 +142,13 @@ def test_config_error_exits_2_in_one_line_from_the_shell(tmp_path):
 
 
 def test_demo_task_types_are_per_benchmark():
-    from flywheel.cli import DEMO_TASK_TYPES, build_parser, demo_resources
+    from envs import get_benchmark
+    from flywheel.cli import build_parser, demo_resources
 
     def types(*argv):
         return demo_resources(build_parser().parse_args(["demo", *argv]))["envs"].task_types
 
-    assert types() == {"scienceworld": DEMO_TASK_TYPES}
+    assert types() == {"scienceworld": list(get_benchmark("scienceworld").demo_task_types)}
     assert types("--benchmark", "webshop") == {} and types("--benchmark", "alfworld") == {}
     assert types("--benchmark", "alfworld", "--task-types", "pick_and_place_simple") == {"alfworld": ["pick_and_place_simple"]}
 

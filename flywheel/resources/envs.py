@@ -2,7 +2,7 @@ from typing import Any
 
 import dagster as dg
 
-from envs import configure_spec, get_benchmark
+from envs import check_env_options, configure_spec, get_benchmark
 from envs.base import BenchmarkSpec, Env, Task
 from flywheel.failures import setup_fails_once
 from flywheel.rollout_ray import EnvFactory
@@ -37,6 +37,8 @@ class EnvResource(dg.ConfigurableResource):
         check_benchmarks(self.spec_options, where="envs.spec_options")
         for name in self.spec_options:
             self.spec(name)  # unknown or invalid options fail here, naming the valid ones
+        for name, options in self.env_options.items():
+            check_env_options(self.spec(name), options)  # an option the env does not take, likewise
         benchmark = run_benchmark(context)
         if benchmark is not None:
             check_data(check_benchmark(benchmark, where="the run's partition"))
