@@ -27,8 +27,7 @@ def summary_rows(db: Store, benchmark: str) -> tuple[list[dict[str, Any]], list[
     """(rows, splits): one row per iteration that has an evaluation, a checkpoint or a gate."""
     evals = db.evaluation_rows(benchmark)
     splits = _splits(evals)
-    gates = {r["iteration"]: r for r in db.query(
-        "SELECT * FROM gated_growth WHERE benchmark = ?", [benchmark]).iter_rows(named=True)}
+    gates = {r["iteration"]: r for r in db.gated_growth(benchmark)}
     ckpts = {r["iteration"]: r for r in db.checkpoint_rows(benchmark)}
     ks = sorted({r["iteration"] for r in evals} | set(gates) | set(ckpts))
     rows = []

@@ -43,7 +43,7 @@ def _quaternion_rows(trajs: Sequence[Trajectory]) -> list[dict[str, Any]]:
 
 def teacher_name(db: Store) -> str:
     """The teacher behind the quaternions: the cached model(s) of an OpenAI-compatible teacher, else scripted."""
-    models = db.query("SELECT DISTINCT model FROM teacher_cache WHERE model IS NOT NULL ORDER BY 1")["model"].to_list()
+    models = db.teacher_models()
     return ", ".join(models) if models else "scripted"
 
 
@@ -98,7 +98,7 @@ def export_store(db: Store, out: str | Path, *, benchmarks: Sequence[str] | None
     """Write every dataset of each benchmark in the store; returns what was written (name, rows, paths)."""
     out = Path(out)
     teacher = teacher_name(db)
-    have = db.query("SELECT DISTINCT benchmark FROM trajectories ORDER BY 1")["benchmark"].to_list()
+    have = db.trajectory_benchmarks()
     written = []
     for b in benchmarks or have:
         base = out / b
@@ -114,7 +114,7 @@ def export_store(db: Store, out: str | Path, *, benchmarks: Sequence[str] | None
             **common, "iteration": "stage 1-2 (before k=0)", "split": "train",
             "what": "The teacher's planning quaternions (o_t, e_t, p_t, a_t), one row per step."}, hf=hf)})
         for k in db.gated_iterations(b):
-            ids = set(db.query("SELECT traj_id FROM gated WHERE benchmark = ? AND iteration = ?", [b, k])["traj_id"])
+            ids = set(db.gated_ids_of(b, k))
             gated = [t for t in trajs if t.traj_id in ids]
             written.append({"benchmark": b, **_write(base, f"gated_k{k}", [_traj_row(t) for t in gated], {
                 **common, "iteration": str(k), "split": "train",

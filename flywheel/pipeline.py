@@ -141,13 +141,8 @@ def iterations_table(store: Store, benchmark: str) -> str:
 
 def results_table(store: Store, benchmark: str) -> str:
     """Success of every evaluated checkpoint, seen and unseen side by side."""
-    df = store.query(
-        "SELECT iteration, split, success_rate, avg_reward, mean_steps, prompt_tokens_per_step, "
-        "tokens_per_step, invalid_action_rate, episodes FROM evaluations WHERE benchmark = ? ORDER BY iteration, split",
-        [benchmark],
-    )
     rows: dict[int, dict] = {}
-    for r in df.iter_rows(named=True):
+    for r in store.evaluation_rows(benchmark):
         row = rows.setdefault(r["iteration"], {"checkpoint": f"k={r['iteration']}"})
         s = r["split"]
         row[f"{s} success"] = r["success_rate"]
@@ -174,8 +169,7 @@ def paper_table(store: Store, *, iteration: int | None = None, metric: str = "su
     """
     if metric not in {"success_rate", "avg_reward"}:
         raise ValueError("metric must be success_rate or avg_reward")
-    df = store.query(f"SELECT benchmark, iteration, split, {metric} AS v FROM evaluations ORDER BY iteration")
-    values = {(r["benchmark"], r["split"], r["iteration"]): r["v"] for r in df.iter_rows(named=True)}
+    values = store.evaluation_values(metric)
     iterations = sorted({k for (_, _, k) in values}) if iteration is None else [iteration]
     header = ["k", "ALFWorld seen", "ALFWorld unseen", "ScienceWorld seen", "ScienceWorld unseen", "WebShop", "average"]
     rows = []

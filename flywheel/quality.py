@@ -79,12 +79,7 @@ def compare_iterations(db: Store, benchmark: str, k: int, *, split: str = "seen"
     significantly worse: the whole interval of the difference lies below 0."""
     if k == 0:
         return Comparison(True, "no previous checkpoint (k=0)", {"split": split, "previous": "none"})
-    ev = db.query(
-        "SELECT iteration, episodes, success_rate, checkpoint_id FROM evaluations "
-        "WHERE benchmark = ? AND split = ? AND iteration IN (?, ?)",
-        [benchmark, split, k, k - 1],
-    )
-    rows = {r["iteration"]: r for r in ev.iter_rows(named=True)}
+    rows = {i: ev[split] for i in (k - 1, k) if split in (ev := db.evaluations_at(benchmark, i))}
     if k not in rows or (k - 1) not in rows:
         missing = [i for i in (k - 1, k) if i not in rows]
         return Comparison(True, f"evaluation missing for iteration(s) {missing}: nothing to compare",

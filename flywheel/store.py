@@ -44,6 +44,9 @@ CREATE TABLE IF NOT EXISTS gated (
 CREATE TABLE IF NOT EXISTS gate_runs (
     benchmark VARCHAR, iteration INTEGER, candidates INTEGER, passed INTEGER, created_at TIMESTAMP,
     PRIMARY KEY (benchmark, iteration));
+CREATE TABLE IF NOT EXISTS gate_checks (
+    benchmark VARCHAR, iteration INTEGER, passed BOOLEAN, trajectories INTEGER, problems INTEGER,
+    first_problem VARCHAR, created_at TIMESTAMP, PRIMARY KEY (benchmark, iteration));
 CREATE TABLE IF NOT EXISTS checkpoints (
     checkpoint_id VARCHAR PRIMARY KEY, benchmark VARCHAR, iteration INTEGER, path VARCHAR,
     base_model VARCHAR, n_examples INTEGER, n_trajectories INTEGER, train_loss DOUBLE,
@@ -448,6 +451,29 @@ class Store:
             con.execute("DELETE FROM gate_runs WHERE benchmark = ? AND iteration = ?", [benchmark, iteration])
             con.execute("INSERT INTO gate_runs VALUES (?, ?, ?, ?, ?)", [benchmark, iteration, candidates, len(rows), _now()])
 
+    def record_gate_check(self, benchmark: str, iteration: int, *, passed: bool, trajectories: int,
+                          problems: Sequence[str]) -> None:
+        """The verdict of the blocking check `gated_dataset_is_usable` on gate k (replaces an earlier one).
+
+        Kept here, not only in Dagster's event log, so the loop and `sft_checkpoint(b, k+1)` read it
+        through the store instead of the instance's private check-execution records.
+        """
+        with self.transaction() as con:
+            con.execute("DELETE FROM gate_checks WHERE benchmark = ? AND iteration = ?", [benchmark, iteration])
+            con.execute("INSERT INTO gate_checks VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        [benchmark, iteration, bool(passed), int(trajectories), len(problems),
+                         _text(problems[0]) if problems else None, _now()])
+
+    def clear_gate_check(self, benchmark: str, iteration: int) -> None:
+        """Forget gate k's verdict: the gate is re-running with its check, which will judge the new rows."""
+        with self.transaction() as con:
+            con.execute("DELETE FROM gate_checks WHERE benchmark = ? AND iteration = ?", [benchmark, iteration])
+
+    def gate_check_passed(self, benchmark: str, iteration: int) -> bool | None:
+        """The latest verdict of gate k's check; None when it was never evaluated or is about to be again."""
+        df = self.query("SELECT passed FROM gate_checks WHERE benchmark = ? AND iteration = ?", [benchmark, iteration])
+        return None if df.is_empty() else bool(df["passed"][0])
+
     def gated_ids(self, benchmark: str, *, up_to_iteration: int) -> list[str]:
         df = self.query(
             "SELECT traj_id FROM gated WHERE benchmark = ? AND iteration <= ? ORDER BY iteration, traj_id",
@@ -664,6 +690,21 @@ class Store:
         df = self.query("SELECT * FROM evaluations WHERE benchmark = ? ORDER BY iteration, split", [benchmark])
         return list(df.iter_rows(named=True))
 
+    def evaluations_at(self, benchmark: str, iteration: int) -> dict[str, dict[str, Any]]:
+        """Checkpoint k's evaluation rows by split (only the splits evaluated so far)."""
+        df = self.query("SELECT * FROM evaluations WHERE benchmark = ? AND iteration = ? ORDER BY split",
+                        [benchmark, iteration])
+        return {r["split"]: r for r in df.iter_rows(named=True)}
+
+    def evaluation_values(self, metric: str) -> dict[tuple[str, str, int], float | None]:
+        """One column of `evaluations` for every benchmark: (benchmark, split, iteration) -> value."""
+        numeric = [c for c in _expected_columns()["evaluations"]
+                   if c not in {"benchmark", "iteration", "split", "checkpoint_id", "created_at"}]
+        if metric not in numeric:
+            raise ValueError(f"unknown evaluation metric {metric!r}: one of {', '.join(numeric)}")
+        df = self.query(f"SELECT benchmark, split, iteration, {metric} AS v FROM evaluations ORDER BY iteration")
+        return {(r["benchmark"], r["split"], r["iteration"]): r["v"] for r in df.iter_rows(named=True)}
+
     def checkpoint_rows(self, benchmark: str) -> list[dict[str, Any]]:
         """The latest recorded checkpoint of each iteration."""
         df = self.query(
@@ -702,6 +743,20 @@ class Store:
             "SELECT DISTINCT task_id FROM trajectories WHERE benchmark = ? AND source = 'teacher' ORDER BY 1", [benchmark]
         )
         return df["task_id"].to_list()
+
+    def gated_growth(self, benchmark: str) -> list[dict[str, Any]]:
+        """The `gated_growth` view for one benchmark: candidates, new successes and running total per gate."""
+        return list(self.query("SELECT * FROM gated_growth WHERE benchmark = ? ORDER BY iteration",
+                               [benchmark]).iter_rows(named=True))
+
+    def trajectory_benchmarks(self) -> list[str]:
+        """Benchmarks with at least one trajectory in the store."""
+        return self.query("SELECT DISTINCT benchmark FROM trajectories ORDER BY 1")["benchmark"].to_list()
+
+    def teacher_models(self) -> list[str]:
+        """The models whose answers the teacher cache holds (none for a scripted teacher)."""
+        df = self.query("SELECT DISTINCT model FROM teacher_cache WHERE model IS NOT NULL ORDER BY 1")
+        return df["model"].to_list()
 
     def gated_task_ids(self, benchmark: str, iteration: int) -> list[str]:
         """Distinct tasks of the trajectories gate k let through."""

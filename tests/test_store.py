@@ -1,5 +1,7 @@
 import multiprocessing as mp
 
+import pytest
+
 from flywheel.store import Store
 from flywheel.trajectory import Step, Trajectory
 
@@ -76,3 +78,78 @@ def test_two_processes_writing_lose_nothing(tmp_path):
         p.join(120)
         assert p.exitcode == 0
     assert Store(path).trajectory_table().height == 30
+
+
+def test_gate_check_verdict_is_recorded_replaced_and_cleared(tmp_path):
+    db = Store(tmp_path / "s.duckdb")
+    assert db.gate_check_passed("b", 0) is None  # never evaluated
+    db.write_gated("b", 0, [("x0", "t")])
+    db.record_gate_check("b", 0, passed=False, trajectories=1, problems=["x0: no steps", "x0: bad action"])
+    db.record_gate_check("b", 0, passed=False, trajectories=1, problems=["x0: no steps"])  # a re-run replaces
+    assert db.gate_check_passed("b", 0) is False and db.gate_check_passed("b", 1) is None
+    row = db.query("SELECT * FROM gate_checks").row(0, named=True)
+    assert (row["trajectories"], row["problems"], row["first_problem"]) == (1, 1, "x0: no steps")
+    db.record_gate_check("b", 1, passed=True, trajectories=2, problems=[])
+    db.write_gated("b", 0, [("x0b", "t")])  # a gate re-run alone keeps the latest verdict (as Dagster's record)
+    assert db.gate_check_passed("b", 0) is False
+    db.clear_gate_check("b", 0)  # the gate re-runs with its check: not evaluated until the check runs
+    assert db.gate_check_passed("b", 0) is None and db.gate_check_passed("b", 1) is True
+    db.clear_gate_check("b", 0)  # idempotent
+    assert db.query("SELECT count(*) AS n FROM gate_checks")["n"][0] == 1
+
+
+def test_an_older_store_file_gains_the_gate_checks_table(tmp_path):
+    import duckdb
+
+    from flywheel.store import SCHEMA
+
+    path = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute(SCHEMA.split("CREATE TABLE IF NOT EXISTS gate_checks")[0])  # the tables before gate_checks
+    con.execute("INSERT INTO gate_runs VALUES ('b', 0, 3, 1, now())")
+    con.close()
+    db = Store(path)
+    assert db.gate_run("b", 0)["passed"] == 1 and db.gate_check_passed("b", 0) is None
+    db.record_gate_check("b", 0, passed=True, trajectories=1, problems=[])
+    assert Store(path, read_only=True).gate_check_passed("b", 0) is True
+
+
+def _evaluate(db, benchmark, k, split, success, reward=0.5):
+    db.write_evaluation({"benchmark": benchmark, "iteration": k, "split": split, "checkpoint_id": f"{benchmark}-{k}",
+                         "episodes": 10, "success_rate": success, "avg_reward": reward})
+
+
+def test_evaluations_at_and_evaluation_values(tmp_path):
+    db = Store(tmp_path / "s.duckdb")
+    _evaluate(db, "b", 0, "seen", 0.2)
+    _evaluate(db, "b", 0, "unseen", 0.1)
+    _evaluate(db, "b", 1, "seen", 0.4, reward=0.75)
+    _evaluate(db, "c", 0, "unseen", 0.3)
+    at0 = db.evaluations_at("b", 0)
+    assert sorted(at0) == ["seen", "unseen"] and at0["seen"]["success_rate"] == 0.2 and at0["seen"]["episodes"] == 10
+    assert list(db.evaluations_at("b", 1)) == ["seen"] and db.evaluations_at("b", 2) == {}
+    assert db.evaluation_values("success_rate") == {("b", "seen", 0): 0.2, ("b", "unseen", 0): 0.1,
+                                                    ("b", "seen", 1): 0.4, ("c", "unseen", 0): 0.3}
+    assert db.evaluation_values("avg_reward")[("b", "seen", 1)] == 0.75
+    with pytest.raises(ValueError, match="unknown evaluation metric 'success_rate; DROP TABLE evaluations'"):
+        db.evaluation_values("success_rate; DROP TABLE evaluations")
+    with pytest.raises(ValueError, match="unknown evaluation metric 'checkpoint_id'"):
+        db.evaluation_values("checkpoint_id")
+
+
+def test_gated_growth_benchmarks_and_teacher_models(tmp_path):
+    db = Store(tmp_path / "s.duckdb")
+    assert db.gated_growth("b") == [] and db.trajectory_benchmarks() == [] and db.teacher_models() == []
+    db.write_gated("b", 1, [("y0", "t"), ("y1", "u")], candidates=4)
+    db.write_gated("b", 0, [("x0", "t")], candidates=2)
+    db.write_gated("c", 0, [], candidates=5)
+    growth = db.gated_growth("b")
+    assert [(r["iteration"], r["candidates"], r["new_unique_successes"], r["gated_total"]) for r in growth] == [
+        (0, 2, 1, 1), (1, 4, 2, 3)]
+    assert growth[1]["pass_rate"] == 0.5
+    db.write_trajectories([make_traj(), make_traj(task="t2")])
+    assert db.trajectory_benchmarks() == ["b"]
+    db.cache_put("k1", "teacher-b", "answer")
+    db.cache_put("k2", "teacher-a", "answer")
+    db.cache_put("k3", "teacher-b", "answer")
+    assert db.teacher_models() == ["teacher-a", "teacher-b"]
