@@ -97,9 +97,10 @@ def gate_allows_next(check_passed: bool | None, *, gated_new: int, continue_on_e
     """THE gate rule, applied by the sensor (before deciding k+1) and by `sft_checkpoint(b, k+1)`
     (in any run: a backfill, a manual launch): may iteration k+1 train after gate k?
 
-    `check_passed` is the latest result of the blocking check `gated_dataset_is_usable` on
-    `gated_dataset(b, k)` (None: never evaluated, e.g. the gate was materialized without its
-    checks; then the store's record of the gate decides: at least one new gated trajectory).
+    `check_passed` is the result of the blocking check `gated_dataset_is_usable` on
+    `gated_dataset(b, k)`, as the store records it (None: not evaluated since the gate last ran,
+    e.g. the gate was materialized without its checks; then the store's record of the gate
+    decides: at least one new gated trajectory).
     `continue_on_empty_gate` is the explicit opt-out (`LoopResource.continue_on_empty_gate`).
     """
     if continue_on_empty_gate:

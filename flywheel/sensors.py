@@ -6,8 +6,9 @@ Both evaluate the same `evaluate_loop`, per benchmark:
 2. iteration 0 not started -> request `iteration_job(b, 0)`;
 3. walk k = 0, 1, ... over the decisions recorded in the store's `iterations` table;
    at the first undecided k: wait until `gated_dataset(b,k)` ran, its blocking check
-   `gated_dataset_is_usable` was evaluated and `evaluation(b,k)` materialized (facts read
-   from the Dagster instance), then `flywheel.loop.decide` says continue or stop and why;
+   `gated_dataset_is_usable` was evaluated (both read from the store, where they record
+   themselves) and `evaluation(b,k)` materialized (read from the Dagster instance through its
+   public API), then `flywheel.loop.decide` says continue or stop and why;
    the decision is claimed in `iterations` (so the sensor and the schedule never both
    launch), and "continue" requests `iteration_job(b, k+1)` with the decision in its tags.
 
@@ -23,8 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
-from dagster._core.event_api import PartitionKeyFilter
-from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
 from envs import REGISTRY
 from flywheel.loop import Decision, IterationFacts, LoopPolicy, decide, gate_allows_next
@@ -34,7 +33,6 @@ from flywheel.settings import loop_cron, max_iteration
 from flywheel.store import Store
 
 ITERATION_JOB = "iteration_job"
-GATE_CHECK = dg.AssetCheckKey(dg.AssetKey("gated_dataset"), "gated_dataset_is_usable")
 CURRICULUM = dg.AssetKey("synthetic_curriculum")
 EVALUATION = dg.AssetKey("evaluation")
 IN_FLIGHT = [
@@ -65,16 +63,6 @@ def _materialization(instance: dg.DagsterInstance, asset: dg.AssetKey, partition
         dg.AssetRecordsFilter(asset_key=asset, asset_partitions=[partition]), limit=1
     ).records
     return records[0] if records else None
-
-
-def gate_check_passed(instance: dg.DagsterInstance, partition: str) -> bool | None:
-    """Latest evaluation of `gated_dataset_is_usable` on the partition: True/False, None if none."""
-    latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(
-        [GATE_CHECK], partition_filter=PartitionKeyFilter(key=partition)
-    ).get(GATE_CHECK)
-    if latest is None or latest.status == AssetCheckExecutionRecordStatus.PLANNED:
-        return None
-    return latest.status == AssetCheckExecutionRecordStatus.SUCCEEDED
 
 
 def in_flight(instance: dg.DagsterInstance, partition: str) -> bool:
@@ -109,8 +97,7 @@ def _request(benchmark: str, k: int, run_key: str, trigger: str, decision: Decis
 def _facts(db: Store, benchmark: str, k: int, rows: dict[int, dict[str, Any]], check_passed: bool) -> IterationFacts:
     row = rows.get(k) or {}
     gate = db.gate_run(benchmark, k) or {}
-    ev = db.query("SELECT split, success_rate FROM evaluations WHERE benchmark = ? AND iteration = ?", [benchmark, k])
-    by_split = {r["split"]: r["success_rate"] for r in ev.iter_rows(named=True)}
+    by_split = {split: r["success_rate"] for split, r in db.evaluations_at(benchmark, k).items()}
     new = row.get("new_unique_successes")
     total = row.get("gated_total")
     return IterationFacts(
@@ -157,7 +144,7 @@ def _benchmark_tick(instance: dg.DagsterInstance, db: Store, policy: LoopPolicy,
         if in_flight(instance, partition):
             return state("running", k, f"iteration_job {partition} is running")
         gate = db.gate_run(benchmark, k)
-        passed = gate_check_passed(instance, partition)
+        passed = db.gate_check_passed(benchmark, k)
         missing = [what for what, ok in (
             ("gated_dataset", gate is not None), ("gated_dataset_is_usable", passed is not None),
             ("evaluation", _materialization(instance, EVALUATION, partition) is not None)) if not ok]

@@ -158,6 +158,26 @@ def test_failed_blocking_check_binds_k_plus_one_unless_opted_out(tmp_path, insta
     assert pairs[0]["completion"][0]["role"] == "assistant" and pairs[0]["traj_id"]
 
 
+def test_gate_check_verdict_goes_to_the_store_even_when_the_check_raises(tmp_path, instance, monkeypatch):
+    """The loop reads the check's verdict from the store: a gate run with its check first clears the old
+    verdict (Dagster's "planned"), and a check that raises is recorded as failed (as Dagster records it)."""
+    import flywheel.assets.refinement as refinement
+
+    db = _store_with_seeds(tmp_path / "fw.duckdb")
+    db.record_gate_check(BENCH, 0, passed=True, trajectories=3, problems=[])  # an earlier gate's verdict
+    seen = []
+
+    def boom(trajs):
+        seen.append(db.gate_check_passed(BENCH, 0))
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(refinement, "dataset_problems", boom)
+    result, _ = run(instance, resources(tmp_path), 0, ["gated_dataset"])
+    assert not result.success and "disk on fire" in failure_messages(result)[0]
+    assert seen == [None] and db.gate_check_passed(BENCH, 0) is False
+    assert "disk on fire" in db.query("SELECT first_problem FROM gate_checks")["first_problem"][0]
+
+
 def test_gate_rule_table():
     # The one rule the sensor and sft_checkpoint share (flywheel.loop.gate_allows_next).
     assert gate_allows_next(True, gated_new=0) and not gate_allows_next(False, gated_new=5)

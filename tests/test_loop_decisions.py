@@ -1,16 +1,13 @@
-"""The sensor and the schedule over facts written straight into the store and the Dagster
-instance (runless events): every branch of the loop in seconds, no env, no model.
+"""The sensor and the schedule over facts written straight into the store (gate, its check's
+verdict, evaluations) and the Dagster instance (runless materializations): every branch of the
+loop in seconds, no env, no model.
 The real two-iteration run is tests/test_loop_sensor.py."""
 
 import json
-import time
 from contextlib import contextmanager
 
 import dagster as dg
 import pytest
-from dagster._core.events import DagsterEvent, DagsterEventType
-from dagster._core.events.log import EventLogEntry
-from dagster._core.utils import make_new_run_id
 
 from flywheel.definitions import defs
 from flywheel.partitions import partition_key
@@ -55,22 +52,12 @@ def start(db, k):
     db.record_checkpoint({"checkpoint_id": f"{B}-k{k}", "benchmark": B, "iteration": k, "path": "/x", "n_trajectories": 2 + k})
 
 
-def report_check(instance, part, passed):
-    """A gated_dataset_is_usable evaluation as a run would log it (runless check events allow one per partition)."""
-    evaluation = dg.AssetCheckEvaluation(asset_key=dg.AssetKey("gated_dataset"), check_name="gated_dataset_is_usable",
-                                         passed=passed, partition=part)
-    event = DagsterEvent(event_type_value=DagsterEventType.ASSET_CHECK_EVALUATION.value, job_name="iteration_job",
-                         event_specific_data=evaluation)
-    instance.event_log_storage.store_event(EventLogEntry(
-        error_info=None, level="INFO", user_message="", run_id=make_new_run_id(), timestamp=time.time(), dagster_event=event))
-
-
 def finish(instance, db, k, *, new=2, seen=0.5, passed=True, evaluated=True, checked=True):
     part = str(partition_key(B, k))
     db.write_gated(B, k, [(f"g{k}-{i}", "t") for i in range(new)], candidates=4)
     db.record_gate_stats(B, k, candidates=4, new_unique_successes=new, gated_total=new * (k + 1))
-    if checked:
-        report_check(instance, part, passed)
+    if checked:  # what gated_dataset_is_usable records after the gate
+        db.record_gate_check(B, k, passed=passed, trajectories=new, problems=[] if passed else ["empty gate"])
     if evaluated:
         for split in ("seen", "unseen"):
             db.write_evaluation({"benchmark": B, "iteration": k, "split": split, "checkpoint_id": f"{B}-k{k}",

@@ -110,6 +110,11 @@ def gated_dataset(context: dg.AssetExecutionContext, store: StoreResource, loop:
     """Only successful, non-errored, new (task, action sequence) trajectories pass."""
     benchmark, k = keys_of(context)
     db = store.get()
+    # This run evaluates the check too (a run that names no checks runs those of its assets): its verdict
+    # on the old rows reads as "not evaluated" until it runs, as Dagster's record says "planned".
+    checks = context.run.asset_check_selection
+    if checks is None or gated_dataset_is_usable.check_key in checks:
+        db.clear_gate_check(benchmark, k)
     candidates = db.load_trajectories(benchmark=benchmark, iteration=k, source="policy", split="train")
     earlier = db.load_trajectories(db.gated_ids(benchmark, up_to_iteration=k - 1)) if k > 0 else []
     seeds = db.load_trajectories(benchmark=benchmark, source="teacher") if loop.gate_drops_seed_repeats else []
@@ -134,12 +139,18 @@ def gated_dataset(context: dg.AssetExecutionContext, store: StoreResource, loop:
 
 @dg.asset_check(asset=gated_dataset, partitions_def=flywheel_partitions, blocking=True, description="Gated dataset is non-empty and well-formed")
 def gated_dataset_is_usable(context: dg.AssetCheckExecutionContext, store: StoreResource) -> dg.AssetCheckResult:
+    """Checks gate k's own trajectories; the verdict also goes to the store (`gate_checks`), where the
+    loop and `sft_checkpoint(b, k+1)` read it. A check that raises is recorded as failed, as Dagster
+    records it."""
     benchmark, k = keys_of(context)
     db = store.get()
-    trajs = db.load_trajectories(
-        [i for i in db.gated_ids(benchmark, up_to_iteration=k) if f"|{k}|policy|" in i]
-    )
-    problems = dataset_problems(trajs)
+    try:
+        trajs = db.load_trajectories(db.gated_ids_of(benchmark, k))
+        problems = dataset_problems(trajs)
+    except Exception as exc:
+        db.record_gate_check(benchmark, k, passed=False, trajectories=0, problems=[f"the check raised: {exc!r}"])
+        raise
+    db.record_gate_check(benchmark, k, passed=not problems, trajectories=len(trajs), problems=problems)
     if problems:  # the same data fails the same way on a retry: this run fails once (flywheel.failures)
         mark_run_not_retryable(context, f"gated_dataset_is_usable failed for {benchmark}|{k}: {problems[0]}")
     return dg.AssetCheckResult(

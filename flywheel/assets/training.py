@@ -27,7 +27,7 @@ from flywheel.curriculum.order import assign_buckets, grade
 from flywheel.curriculum.tables import write_training_order
 from flywheel.failures import fail_once, fails_once
 from flywheel.loop import gate_allows_next, gate_refusal
-from flywheel.partitions import by_benchmark, flywheel_partitions, keys_of, partition_key
+from flywheel.partitions import by_benchmark, flywheel_partitions, keys_of
 from flywheel.policy.training import sft_examples, train_sft, training_fingerprint
 from flywheel.resources import EnvResource, LoopResource, PolicyResource, StoreResource
 from flywheel.store import Store
@@ -80,9 +80,7 @@ def sft_checkpoint(
         if gate is None:
             fail_once(context, f"sft_checkpoint {benchmark}|{k} needs gated_dataset {benchmark}|{k - 1}: materialize "
                       f"iteration {k - 1} first (rollouts, gated_dataset), or let the iteration sensor do it.")
-        from flywheel.sensors import gate_check_passed  # the sensor's reading of the check, from the instance
-
-        passed = gate_check_passed(context.instance, str(partition_key(benchmark, k - 1)))
+        passed = db.gate_check_passed(benchmark, k - 1)  # the check's verdict, as the sensor reads it
         if not gate_allows_next(passed, gated_new=int(gate["passed"] or 0),
                                 continue_on_empty_gate=loop.continue_on_empty_gate):
             fail_once(context, gate_refusal(benchmark, k - 1, passed, int(gate["passed"] or 0)))
