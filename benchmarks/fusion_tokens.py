@@ -16,7 +16,7 @@ from envs import get_benchmark
 from flywheel.policy.models import load_tokenizer
 from flywheel.prompting import build_messages, history_from_steps
 from flywheel.seeds import collect_expert
-from flywheel.settings import default_base_model
+from flywheel.settings import SMOLLM2_DIR
 from flywheel.teacher import ScriptedTeacher
 from flywheel.teacher.base import apply_annotations
 
@@ -33,7 +33,7 @@ def prompt_tokens(tok, instructions, traj, t, keep_thoughts) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default=default_base_model())
+    ap.add_argument("--model", default=str(SMOLLM2_DIR))
     ap.add_argument("--tasks", type=int, default=3, help="trajectories per task type")
     args = ap.parse_args(argv)
     spec = get_benchmark("scienceworld")

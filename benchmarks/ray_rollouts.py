@@ -24,7 +24,7 @@ from flywheel.policy.inference import TransformersGenerator
 from flywheel.policy.models import build_tiny_model
 from flywheel.rollout import RolloutConfig, run_rollouts
 from flywheel.rollout_ray import RayOptions
-from flywheel.settings import default_base_model
+from flywheel.settings import SMOLLM2_DIR
 
 
 class TimedGenerator:
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.model == "tiny":
                 path, dtype = str(build_tiny_model(Path(tmp) / "tiny", vocab_size=1024, hidden_size=64)), "float32"
             else:
-                path, dtype = default_base_model(), "bfloat16"
+                path, dtype = str(SMOLLM2_DIR), "bfloat16"
             gen = TransformersGenerator(path, dtype=dtype, max_batch_size=args.parallel)
             for r in range(args.repeats):
                 for backend in (["local", "ray"] if r % 2 == 0 else ["ray", "local"]):

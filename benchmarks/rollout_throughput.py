@@ -19,7 +19,7 @@ from envs import get_benchmark
 from flywheel.policy.inference import TransformersGenerator
 from flywheel.policy.models import build_tiny_model
 from flywheel.rollout import RolloutConfig, run_rollouts
-from flywheel.settings import default_base_model
+from flywheel.settings import SMOLLM2_DIR
 
 
 def warm_pool(spec, n: int, task) -> tuple[list, float]:
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         tiny = build_tiny_model(Path(tmp) / "tiny", vocab_size=1024, hidden_size=64)
         models = [("tiny-random-llama", str(tiny), args.episodes, args.parallel, 48)]
         if not args.skip_smollm:
-            models.append(("smollm2-135m (bf16)", default_base_model(), args.smollm_episodes, args.smollm_parallel, 48))
+            models.append(("smollm2-135m (bf16)", str(SMOLLM2_DIR), args.smollm_episodes, args.smollm_parallel, 48))
         for name, path, n, parallels, new_tokens in models:
             gen = TransformersGenerator(path, dtype="bfloat16" if "smollm" in name else "float32", max_batch_size=max(parallels))
             results[name] = [measure(spec, tasks[:n], gen, p, args.max_steps, new_tokens, not args.cold) for p in parallels]

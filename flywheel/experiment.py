@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-import yaml
 
+from flywheel.partitions import DEFAULT_MAX_ITERATION
+from flywheel.profile import SECTIONS, read_yaml, section
 from flywheel.quality import paired_difference, wilson_interval
-from flywheel.settings import REPO_ROOT, default_base_model
+from flywheel.settings import REPO_ROOT, SMOLLM2_DIR
 from flywheel.store import Store
 from flywheel.validation import ConfigurationError
 
@@ -36,7 +37,6 @@ log = logging.getLogger(__name__)
 
 PRESETS_DIR = REPO_ROOT / "experiments"
 RESULTS_DIR = PRESETS_DIR / "results"
-SECTIONS = ("envs", "policy", "loop", "curriculum", "teacher", "method")
 TOP_LEVEL = {"name", "description", "benchmark", "iterations", "model", "arms", "notes", "continue_on_empty_gate",
              "policy_backend",
              *SECTIONS}
@@ -76,16 +76,14 @@ class Preset:
         return merged
 
 
+    @property
+    def max_iteration(self) -> int:
+        """The iteration partitions of this experiment's definitions: 0..K (at least the default range)."""
+        return max(self.iterations, DEFAULT_MAX_ITERATION)
+
     def method(self, arm: str) -> str:
         """The arm's training method (flywheel/methods.py): `method: NAME` on the arm, else on the preset, else bpo."""
         return str(self.arms[arm].get("method", {}).get("name") or self.sections.get("method", {}).get("name") or "bpo")
-
-
-def _section(section: str, value: Any) -> dict[str, Any]:
-    """A section's fields; `method: NAME` is short for `method: {name: NAME}`."""
-    if section == "method" and isinstance(value, str):
-        return {"name": value}
-    return dict(value or {})
 
 
 def preset_path(name_or_path: str) -> Path:
@@ -107,12 +105,7 @@ def load_preset(name_or_path: str) -> Preset:
         raise ConfigurationError(
             f"no experiment preset {name_or_path!r} (looked for {path}); available: {', '.join(available_presets()) or 'none'}"
         )
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigurationError(f"{path} is not valid YAML: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ConfigurationError(f"{path} must be a mapping of fields, got {type(raw).__name__}")
+    raw = read_yaml(path)
     unknown = sorted(set(raw) - TOP_LEVEL)
     if unknown:
         raise ConfigurationError(f"{path}: unknown field(s) {unknown}; valid: {sorted(TOP_LEVEL)}")
@@ -125,7 +118,7 @@ def load_preset(name_or_path: str) -> Preset:
     iterations = raw["iterations"]
     if not isinstance(iterations, int) or iterations < 0:
         raise ConfigurationError(f"{path}: iterations (K) must be an integer >= 0, got {iterations!r}")
-    sections = {s: _section(s, raw.get(s)) for s in SECTIONS if raw.get(s) is not None}
+    sections = {s: section(s, raw.get(s)) for s in SECTIONS if raw.get(s) is not None}
     arms_raw = raw.get("arms") or {"bpo": {}}
     if not isinstance(arms_raw, dict) or not arms_raw:
         raise ConfigurationError(f"{path}: arms must be a non-empty mapping name -> overrides")
@@ -135,7 +128,7 @@ def load_preset(name_or_path: str) -> Preset:
         bad = sorted(set(overrides) - set(SECTIONS))
         if bad:
             raise ConfigurationError(f"{path}: arm {arm!r} overrides unknown section(s) {bad}; valid: {list(SECTIONS)}")
-        arms[str(arm)] = {s: _section(s, v) for s, v in overrides.items()}
+        arms[str(arm)] = {s: section(s, v) for s, v in overrides.items()}
     preset = Preset(
         name=str(raw.get("name") or path.stem), benchmark=raw["benchmark"], iterations=iterations,
         model=str(raw.get("model") or "smollm2"), description=str(raw.get("description") or ""),
@@ -149,62 +142,21 @@ def load_preset(name_or_path: str) -> Preset:
 
 
 # -- resources -------------------------------------------------------------------------------
-def _resource_classes() -> dict[str, type[dg.ConfigurableResource]]:
-    from flywheel.assets.baselines import MethodResource
-    from flywheel.assets.curriculum import CurriculumResource
-    from flywheel.resources import EnvResource, LoopResource, TransformersPolicy
-
-    return {"envs": EnvResource, "policy": TransformersPolicy, "loop": LoopResource, "curriculum": CurriculumResource,
-            "method": MethodResource}
-
-
-def _policy_class(backend: str) -> type[dg.ConfigurableResource]:
-    from flywheel.resources.policy import _BACKENDS
-
-    if backend not in _BACKENDS:
-        raise ConfigurationError(f"policy_backend must be one of {sorted(_BACKENDS)}, got {backend!r}")
-    return _BACKENDS[backend]
-
-
-def _build(cls: type[dg.ConfigurableResource], section: str, fields_: dict[str, Any], where: str) -> dg.ConfigurableResource:
-    valid = set(cls.model_fields)
-    bad = sorted(set(fields_) - valid)
-    if bad:
-        raise ConfigurationError(f"{where}: unknown {section} field(s) {bad}; valid: {sorted(valid)}")
-    try:
-        return cls(**fields_)
-    except Exception as exc:  # pydantic's message names the field and the expected type
-        raise ConfigurationError(f"{where}: invalid {section} settings: {' '.join(str(exc).split())[:500]}") from None
-
-
 def build_resources(preset: Preset, arm: str, arm_dir: Path, *, model_path: str) -> dict[str, dg.ConfigurableResource]:
-    """The resources dict handed to `build_defs` for one arm: its own store and checkpoints."""
-    from flywheel.resources import OpenAITeacherResource, ScriptedTeacherResource, StoreResource
-
-    sections = preset.arm_sections(arm)
-    where = f"experiment {preset.name}, arm {arm}"
-    classes = _resource_classes()
-    classes["policy"] = _policy_class(preset.policy_backend)
+    """The resources dict handed to `build_defs` for one arm: its own store and checkpoints, the
+    preset's sections with the arm's overrides, built as a profile's are (flywheel/profile.py)."""
     from flywheel.methods import METHODS
+    from flywheel.profile import build_resources as build_profile_resources
 
+    where = f"experiment {preset.name}, arm {arm}"
     if preset.method(arm) not in METHODS:
         raise ConfigurationError(f"{where}: unknown method {preset.method(arm)!r}; valid: {list(METHODS)}")
-    out: dict[str, dg.ConfigurableResource] = {
-        "store": StoreResource(path=str(arm_dir / "flywheel.duckdb"), method=preset.method(arm))}
-    for section, cls in classes.items():
-        fields_ = dict(sections.get(section, {}))
-        if section == "loop" and preset.continue_on_empty_gate:
-            fields_.setdefault("continue_on_empty_gate", True)
-        if section == "policy":
-            fields_.setdefault("base_model_path", model_path)
-            fields_.setdefault("checkpoints_dir", str(arm_dir / "checkpoints"))
-        out[section] = _build(cls, section, fields_, where)
-    teacher = dict(sections.get("teacher", {}))
-    if teacher:
-        out["teacher"] = _build(OpenAITeacherResource, "teacher", teacher, where)
-    else:
-        out["teacher"] = ScriptedTeacherResource()
-    return out
+    return build_profile_resources(
+        preset.arm_sections(arm), policy_backend=preset.policy_backend, where=where,
+        store_path=str(arm_dir / "flywheel.duckdb"), checkpoints_dir=str(arm_dir / "checkpoints"),
+        model_path=model_path, max_iteration=preset.max_iteration, store_fields={"method": preset.method(arm)},
+        loop_defaults={"continue_on_empty_gate": True} if preset.continue_on_empty_gate else None,
+    )
 
 
 def resolve_model(model: str, runs: Path) -> str:
@@ -212,7 +164,7 @@ def resolve_model(model: str, runs: Path) -> str:
     from flywheel.policy.models import build_tiny_model, require_model
 
     if model == "smollm2":
-        path = default_base_model()
+        path = str(SMOLLM2_DIR)
         require_model(path)
         return path
     if model == "tiny":
@@ -270,6 +222,7 @@ def run_arm(
     """Run the missing stages of one arm; returns why it stopped early (a failed gate), else None."""
     from flywheel.definitions import build_defs
     from flywheel.pipeline import GateBlocked, run_stage
+    from flywheel.profile import Profile
 
     arm_dir.mkdir(parents=True, exist_ok=True)
     resources = build_resources(preset, arm, arm_dir, model_path=model_path)
@@ -286,7 +239,7 @@ def run_arm(
             f"Use another --runs-dir, add the change as a new arm, or delete {arm_dir} to start over")
     saved.write_text(json.dumps(config, indent=2))
     progress = Progress(arm_dir / "progress.json")
-    defs = build_defs(resources)
+    defs = build_defs(resources, profile=Profile(benchmarks=(preset.benchmark,), max_iteration=preset.max_iteration))
     jobs = {"bootstrap": defs.resolve_job_def("bootstrap_job"), "iteration": defs.resolve_job_def("iteration_job"),
             "baselines": defs.resolve_job_def("baselines_job")}
     store = Store(arm_dir / "flywheel.duckdb")

@@ -24,7 +24,7 @@ from typing import Any
 from flywheel.experiment import RESULTS_DIR, Preset, load_preset
 from flywheel.methods import METHODS
 from flywheel.quality import paired_difference, wilson_interval
-from flywheel.settings import runs_dir
+from flywheel.settings import DEFAULT_RUNS_DIR
 from flywheel.store import Store
 from flywheel.validation import ConfigurationError
 
@@ -45,10 +45,10 @@ NOTES = [
 BOOT = 2000
 
 
-def default_dirs(experiment: str, runs: str | Path | None = None, results: str | Path | None = None
-                 ) -> tuple[Path, Path]:
+def default_dirs(experiment: str, runs: str | Path | None = None, results: str | Path | None = None,
+                 runs_root: Path = DEFAULT_RUNS_DIR) -> tuple[Path, Path]:
     preset = load_preset(experiment)
-    return (Path(runs) if runs else runs_dir() / "experiments" / preset.name,
+    return (Path(runs) if runs else runs_root / "experiments" / preset.name,
             Path(results) if results else RESULTS_DIR / preset.name / "paper")
 
 
@@ -359,8 +359,8 @@ def render(data: dict[str, Any], presets: list[Preset]) -> str:
     return "\n".join(parts)
 
 
-def write_paper(experiments: str | list[str], *, runs: Path | None = None, results: Path | None = None
-                ) -> dict[str, Any]:
+def write_paper(experiments: str | list[str], *, runs: Path | None = None, results: Path | None = None,
+                runs_root: Path = DEFAULT_RUNS_DIR) -> dict[str, Any]:
     """paper.md, paper.json and the Fig. 2 PNG(s) for one or more experiments into `results`."""
     names = [experiments] if isinstance(experiments, str) else list(experiments)
     if runs is not None and len(names) > 1:
@@ -368,7 +368,7 @@ def write_paper(experiments: str | list[str], *, runs: Path | None = None, resul
     loaded = []
     for name in names:
         preset = load_preset(name)
-        r, _ = default_dirs(name, runs, results)
+        r, _ = default_dirs(name, runs, results, runs_root=runs_root)
         loaded.append((preset, r))
     results = results or (RESULTS_DIR / loaded[0][0].name / "paper" if len(names) == 1
                           else RESULTS_DIR / ("paper-" + "-".join(p.name for p, _ in loaded)))

@@ -1,23 +1,64 @@
-"""Partitions, defined once: benchmark x iteration k.
+"""Partitions: benchmark x iteration k, sized by the profile handed to `build_defs`.
 
 Stage-1/2 assets depend only on the benchmark; every flywheel asset is keyed by
-(benchmark, iteration). Iterations are static partitions 0..K
-(`FLYWHEEL_MAX_ITERATION`, default 3).
+(benchmark, iteration). The asset modules declare the placeholders below (every registered
+benchmark, iterations 0..DEFAULT_MAX_ITERATION); `build_defs` swaps them for the profile's
+(`Partitions.of(benchmarks, max_iteration)`), so nothing here reads the environment and the
+partition range is configuration, not import-time state.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import cached_property
+
 import dagster as dg
 
 from envs import REGISTRY
-from flywheel.settings import max_iteration
 
 BENCHMARK = "benchmark"
 ITERATION = "iteration"
+DEFAULT_MAX_ITERATION = 3
 
-benchmark_partitions = dg.StaticPartitionsDefinition(sorted(REGISTRY))
-iteration_partitions = dg.StaticPartitionsDefinition([str(k) for k in range(max_iteration() + 1)])
-flywheel_partitions = dg.MultiPartitionsDefinition({BENCHMARK: benchmark_partitions, ITERATION: iteration_partitions})
+
+@dataclass(frozen=True)
+class Partitions:
+    """The partitions of one set of definitions: these benchmarks, iterations 0..max_iteration."""
+
+    benchmarks: tuple[str, ...]
+    max_iteration: int = DEFAULT_MAX_ITERATION
+
+    @cached_property
+    def benchmark(self) -> dg.StaticPartitionsDefinition:
+        return dg.StaticPartitionsDefinition(sorted(self.benchmarks))
+
+    @cached_property
+    def iteration(self) -> dg.StaticPartitionsDefinition:
+        return dg.StaticPartitionsDefinition([str(k) for k in range(self.max_iteration + 1)])
+
+    @cached_property
+    def flywheel(self) -> dg.MultiPartitionsDefinition:
+        return dg.MultiPartitionsDefinition({BENCHMARK: self.benchmark, ITERATION: self.iteration})
+
+    @cached_property
+    def previous_iteration(self) -> dg.MultiPartitionMapping:
+        """(b, k-1) upstream -> (b, k) downstream: what a baseline at k reads."""
+        return previous_iteration_mapping(self.max_iteration)
+
+
+def previous_iteration_mapping(max_iteration: int) -> dg.MultiPartitionMapping:
+    return dg.MultiPartitionMapping({
+        BENCHMARK: dg.DimensionPartitionMapping(BENCHMARK, dg.IdentityPartitionMapping()),
+        ITERATION: dg.DimensionPartitionMapping(ITERATION, dg.StaticPartitionMapping(
+            {str(k): str(k + 1) for k in range(max_iteration)})),
+    })
+
+
+# The placeholders the asset modules declare; build_defs replaces them with the profile's.
+DEFAULT = Partitions(tuple(sorted(REGISTRY)), DEFAULT_MAX_ITERATION)
+benchmark_partitions = DEFAULT.benchmark
+iteration_partitions = DEFAULT.iteration
+flywheel_partitions = DEFAULT.flywheel
 
 # A (benchmark, k) asset reads the benchmark-only assets of its benchmark.
 by_benchmark = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name=BENCHMARK)

@@ -10,8 +10,8 @@ import dagster as dg
 
 from flywheel.definitions import build_defs
 from flywheel.evaluation import markdown_table
-from flywheel.partitions import partition_key
-from flywheel.settings import max_iteration
+from flywheel.partitions import DEFAULT_MAX_ITERATION, partition_key
+from flywheel.profile import Profile
 from flywheel.store import Store
 from flywheel.validation import ConfigurationError, check_benchmark
 
@@ -58,12 +58,11 @@ def run_flywheel(
 ) -> None:
     """Bootstrap, then iterations 0..iterations-1 (SFT, rollouts, gate, evaluation), then SFT+eval of the last."""
     check_benchmark(benchmark, where="run_flywheel(benchmark=...)")
-    if not 0 <= iterations <= max_iteration():
-        raise ConfigurationError(
-            f"iterations must be in 0..{max_iteration()} (the iteration partitions), got {iterations}: "
-            f"raise FLYWHEEL_MAX_ITERATION or ask for fewer iterations"
-        )
-    defs = build_defs(resources)
+    if iterations < 0:
+        raise ConfigurationError(f"iterations must be >= 0, got {iterations}")
+    # Partitions 0..K for this run (at least the default range, so runs show up beside the UI's).
+    defs = build_defs(resources, profile=Profile(benchmarks=(benchmark,),
+                                                 max_iteration=max(iterations, DEFAULT_MAX_ITERATION)))
     bootstrap = defs.resolve_job_def("bootstrap_job")
     iteration = defs.resolve_job_def("iteration_job")
     log.info("== stage 1/2: expert replay, teacher quaternions, curriculum (%s)", benchmark)

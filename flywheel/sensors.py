@@ -25,11 +25,10 @@ from typing import Any
 
 import dagster as dg
 
-from envs import REGISTRY
 from flywheel.loop import Decision, IterationFacts, LoopPolicy, decide, gate_allows_next
-from flywheel.partitions import partition_key
+from flywheel.partitions import DEFAULT as DEFAULT_PARTITIONS
+from flywheel.partitions import DEFAULT_MAX_ITERATION, Partitions, partition_key
 from flywheel.resources import LoopResource, StoreResource
-from flywheel.settings import loop_cron, max_iteration
 from flywheel.store import Store
 
 ITERATION_JOB = "iteration_job"
@@ -173,40 +172,54 @@ def _benchmark_tick(instance: dg.DagsterInstance, db: Store, policy: LoopPolicy,
         return state("stopped" if decision.action == "stop" else "continued", k, decision.reason)
 
 
-def evaluate_loop(instance: dg.DagsterInstance, db: Store, loop: LoopResource, *, trigger: str) -> LoopTick:
-    """One tick of the loop over the configured benchmarks (all registered ones by default)."""
-    policy = loop.policy()  # validates K, benchmarks, knobs: a bad config fails the tick loudly
+def evaluate_loop(instance: dg.DagsterInstance, db: Store, loop: LoopResource, *, trigger: str,
+                  partitions: Partitions = DEFAULT_PARTITIONS) -> LoopTick:
+    """One tick of the loop over the configured benchmarks (default: every benchmark partition)."""
+    policy = loop.policy(max_partition=partitions.max_iteration)  # a bad config fails the tick loudly
     tick = LoopTick()
-    for benchmark in loop.benchmarks or sorted(REGISTRY):
+    for benchmark in loop.benchmarks or sorted(partitions.benchmarks):
         _benchmark_tick(instance, db, policy, benchmark, trigger, tick, continue_on_empty_gate=loop.continue_on_empty_gate)
     return tick
 
 
-@dg.sensor(
-    job_name=ITERATION_JOB,
-    minimum_interval_seconds=60,
-    default_status=dg.DefaultSensorStatus.STOPPED,
-    description="Starts flywheel iteration k+1 once iteration k's gate check passed and its evaluation "
-    "materialized; stops at K or when the gated dataset / seen success stop improving (see `iterations`).",
-)
-def flywheel_sensor(context: dg.SensorEvaluationContext, store: StoreResource, loop: LoopResource) -> dg.SensorResult:
-    free_dead_slots(context.instance, context.log)
-    tick = evaluate_loop(context.instance, store.get(), loop, trigger="sensor")
-    if tick.run_requests:
-        return dg.SensorResult(run_requests=tick.run_requests, cursor=tick.cursor())
-    return dg.SensorResult(skip_reason=tick.summary(), cursor=tick.cursor())
+def loop_automation(
+    cron: str = "*/30 * * * *", partitions: Partitions = DEFAULT_PARTITIONS,
+) -> tuple[dg.SensorDefinition, dg.ScheduleDefinition]:
+    """The loop's sensor and schedule over `partitions`; the cadence comes from the profile (`loop_cron`)."""
+
+    @dg.sensor(
+        name="flywheel_sensor",
+        job_name=ITERATION_JOB,
+        minimum_interval_seconds=60,
+        default_status=dg.DefaultSensorStatus.STOPPED,
+        description="Starts flywheel iteration k+1 once iteration k's gate check passed and its evaluation "
+        "materialized; stops at K or when the gated dataset / seen success stop improving (see `iterations`).",
+    )
+    def flywheel_sensor(context: dg.SensorEvaluationContext, store: StoreResource, loop: LoopResource) -> dg.SensorResult:
+        free_dead_slots(context.instance, context.log)
+        tick = evaluate_loop(context.instance, store.get(), loop, trigger="sensor", partitions=partitions)
+        if tick.run_requests:
+            return dg.SensorResult(run_requests=tick.run_requests, cursor=tick.cursor())
+        return dg.SensorResult(skip_reason=tick.summary(), cursor=tick.cursor())
+
+    @dg.schedule(
+        name="flywheel_schedule",
+        cron_schedule=cron,
+        job_name=ITERATION_JOB,
+        default_status=dg.DefaultScheduleStatus.STOPPED,
+        description=f"The flywheel loop on a cadence ({cron}, the profile's loop_cron): the same decisions as "
+        "flywheel_sensor.",
+    )
+    def flywheel_schedule(context: dg.ScheduleEvaluationContext, store: StoreResource, loop: LoopResource):
+        free_dead_slots(context.instance, context.log)
+        tick = evaluate_loop(context.instance, store.get(), loop, trigger="schedule", partitions=partitions)
+        return tick.run_requests or dg.SkipReason(tick.summary())
+
+    return flywheel_sensor, flywheel_schedule
 
 
-@dg.schedule(
-    cron_schedule=loop_cron(),
-    job_name=ITERATION_JOB,
-    default_status=dg.DefaultScheduleStatus.STOPPED,
-    description="The flywheel loop on a cadence ($FLYWHEEL_LOOP_CRON): the same decisions as flywheel_sensor.",
-)
-def flywheel_schedule(context: dg.ScheduleEvaluationContext, store: StoreResource, loop: LoopResource):
-    free_dead_slots(context.instance, context.log)
-    tick = evaluate_loop(context.instance, store.get(), loop, trigger="schedule")
-    return tick.run_requests or dg.SkipReason(tick.summary())
+# With the default cadence (tests and callers that evaluate them directly); build_defs makes the profile's.
+flywheel_sensor, flywheel_schedule = loop_automation()
 
 
 def free_dead_slots(instance: dg.DagsterInstance, log) -> list[str]:
@@ -220,10 +233,10 @@ def free_dead_slots(instance: dg.DagsterInstance, log) -> list[str]:
     return release_dead_slots(instance, log=log.warning)
 
 
-def iteration_run_tags(key: str) -> dict[str, str]:
+def iteration_run_tags(key: str, *, max_iteration: int = DEFAULT_MAX_ITERATION) -> dict[str, str]:
     """Tags of every iteration_job run: the queue runs one iteration per benchmark at a time
     (`flywheel/benchmark` limit in dagster.yaml), lower k first (`dagster/priority` = -k)."""
     benchmark, k = key.split("|")
-    if int(k) > max_iteration():
-        raise ValueError(f"iteration {k} is outside 0..{max_iteration()}")
+    if int(k) > max_iteration:
+        raise ValueError(f"iteration {k} is outside 0..{max_iteration}")
     return {f"{TAG_PREFIX}benchmark": benchmark, f"{TAG_PREFIX}iteration": k, "dagster/priority": str(-int(k))}

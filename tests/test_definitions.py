@@ -3,9 +3,10 @@
 import dagster as dg
 
 from envs import REGISTRY
-from flywheel.definitions import defs
-from flywheel.partitions import flywheel_partitions
-from flywheel.settings import max_iteration
+from flywheel.definitions import build_defs
+from flywheel.partitions import DEFAULT_MAX_ITERATION, flywheel_partitions
+
+defs = build_defs()  # the defaults (no profile): every benchmark, iterations 0..3
 
 EXPECTED_DEPS = {
     "expert_trajectories": set(),
@@ -42,7 +43,7 @@ def test_partitions_are_benchmark_by_iteration():
     for name in ["sft_checkpoint", "rollouts", "gated_dataset", "evaluation"]:
         assert graph.get(dg.AssetKey(name)).partitions_def == flywheel_partitions
     dims = {d.name: d.partitions_def.get_partition_keys() for d in flywheel_partitions.partitions_defs}
-    assert dims["iteration"] == [str(k) for k in range(max_iteration() + 1)]
+    assert dims["iteration"] == [str(k) for k in range(DEFAULT_MAX_ITERATION + 1)]
     assert "scienceworld|0" in flywheel_partitions.get_partition_keys()
 
 

@@ -1,5 +1,5 @@
 """`flywheel export` writes JSONL and Hugging Face `datasets` folders that round-trip; the SQL views;
-`report` reads $FLYWHEEL_RUNS_DIR, warns on an empty store and never creates one; help shows defaults."""
+`report` reads the profile's runs_dir ($FLYWHEEL_PROFILE), warns on an empty store and never creates one; help shows defaults."""
 
 import json
 
@@ -71,7 +71,8 @@ def test_views_answer_the_common_questions(store):
 
 
 def test_report_never_creates_a_store_and_warns_when_empty(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("FLYWHEEL_RUNS_DIR", str(tmp_path / "runs"))
+    (tmp_path / "profile.yaml").write_text(f"runs_dir: {tmp_path / 'runs'}\n")  # report reads the profile's runs_dir
+    monkeypatch.setenv("FLYWHEEL_PROFILE", str(tmp_path / "profile.yaml"))
     assert main(["report"]) == 2
     assert "no store" in capsys.readouterr().err and not (tmp_path / "runs").exists()
     Store(tmp_path / "runs" / "flywheel.duckdb")  # what a UI run leaves before any evaluation

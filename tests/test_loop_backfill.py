@@ -135,3 +135,48 @@ def test_graphql_backfill_runs_iterations_in_order(tmp_path, monkeypatch):
             dg.AssetRecordsFilter(asset_key=dg.AssetKey("sft_checkpoint"), asset_partitions=["scienceworld|1"]), limit=1)
         meta = mats.records[0].asset_materialization.metadata
         assert meta["gated_trajectories"].value == 2 and "gated_dataset iterations [0]" in meta["back_edge"].value
+
+
+def test_backfill_of_k_plus_one_after_a_failed_gate_fails_once(tmp_path, monkeypatch):
+    """The gate binds backfills too: a backfill of (b,1), launched through GraphQL and executed by a
+    real run worker process, refuses in sft_checkpoint because gated_dataset(b,0)'s blocking check
+    failed, once: no op retry, no run retry, no checkpoint, the reason and the fix in the message."""
+    from dagster._daemon.auto_run_reexecution.auto_run_reexecution import filter_runs_to_should_retry
+
+    from flywheel.failures import FAIL_ONCE_TAG
+    from tests.test_curriculum_training import _store_with_seeds
+
+    model = tmp_path / "model"  # never loaded: the refusal comes before training
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    monkeypatch.setenv(ROOT_ENV, str(tmp_path))
+    monkeypatch.setenv(MODEL_ENV, str(model))
+    db = _store_with_seeds(tmp_path / "fw.duckdb")
+    config = yaml.safe_load((REPO / "dagster.yaml").read_text())  # run retries on, the shipped queue
+    with dg.instance_for_test(overrides=config) as instance:
+        # Gate 0 over no rollouts: empty, so its blocking check fails.
+        gate = build_defs(loop_resources(tmp_path, str(model))).resolve_job_def("iteration_job").execute_in_process(
+            partition_key="scienceworld|0", instance=instance, raise_on_error=False,
+            asset_selection=[dg.AssetKey("gated_dataset")])
+        assert not gate.success and db.gate_run(BENCH, 0) is not None
+
+        with define_out_of_process_context(loop_support.__file__, "defs", instance) as ctx:
+            backfill_id = launch_backfill(ctx, ["scienceworld|1"], {"execution": {"config": {"in_process": {}}}})
+            list(execute_backfill_iteration(ctx.process_context, logging.getLogger("test_backfill")))
+            list(QueuedRunCoordinatorDaemon(interval_seconds=1).run_iteration(ctx.process_context))
+            queued = runs_by_partition(instance)["scienceworld|1"]
+            assert queued.tags["dagster/backfill"] == backfill_id
+            run = wait_for(instance, queued.run_id)
+
+        assert run.status == dg.DagsterRunStatus.FAILURE
+        assert run.tags[FAIL_ONCE_TAG].startswith("gate_check_failed: gated_dataset scienceworld|0")
+        [failure] = [e.dagster_event.event_specific_data.error.message for e in instance.all_logs(run.run_id)
+                     if e.dagster_event and e.dagster_event.event_type == dg.DagsterEventType.STEP_FAILURE]
+        assert "blocking check gated_dataset_is_usable failed" in failure and "continue_on_empty_gate" in failure
+        assert run.tags["dagster/will_retry"] == "false" and not list(filter_runs_to_should_retry([run], instance))
+        steps = {e.step_key: e.dagster_event.event_type for e in instance.all_logs(run.run_id)
+                 if e.dagster_event and e.dagster_event.is_step_event}
+        assert steps.get("sft_checkpoint") == dg.DagsterEventType.STEP_FAILURE
+        assert dg.DagsterEventType.STEP_UP_FOR_RETRY not in steps.values()
+        assert db.latest_checkpoint(BENCH, 1) is None
+        assert len(instance.get_runs(filters=dg.RunsFilter(tags={"dagster/backfill": backfill_id}))) == 1  # no retry run

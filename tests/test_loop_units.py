@@ -5,6 +5,7 @@ import pytest
 
 from flywheel.loop import IterationFacts, LoopPolicy, decide
 from flywheel.quality import compare_iterations, newcombe_difference, paired_bootstrap, wilson_interval
+from flywheel.resources import LoopResource
 from flywheel.rollout import plan_resume
 from flywheel.sampling import (
     allocate_attempts,
@@ -13,7 +14,6 @@ from flywheel.sampling import (
     jobs_from_allocation,
     task_stats_rows,
 )
-from flywheel.settings import iteration_budget
 from flywheel.store import Store
 from flywheel.trajectory import Trajectory
 from tests.fakes import counter_task
@@ -192,15 +192,12 @@ def test_task_stats_replace_per_iteration(tmp_path):
     assert db.task_stats("b", before_iteration=1).height == 1
 
 
-def test_iteration_budget_setting(monkeypatch):
-    monkeypatch.setenv("FLYWHEEL_MAX_ITERATION", "3")
-    monkeypatch.delenv("FLYWHEEL_ITERATION_BUDGET", raising=False)
-    assert iteration_budget() == 3
-    monkeypatch.setenv("FLYWHEEL_ITERATION_BUDGET", "1")
-    assert iteration_budget() == 1
-    monkeypatch.setenv("FLYWHEEL_ITERATION_BUDGET", "-1")
-    with pytest.raises(ValueError, match="must be >= 0"):
-        iteration_budget()
-    monkeypatch.setenv("FLYWHEEL_ITERATION_BUDGET", "7")
-    with pytest.raises(ValueError, match="raise FLYWHEEL_MAX_ITERATION"):
-        iteration_budget()
+def test_iteration_budget_is_checked_against_the_partitions():
+    """K (loop.max_iterations) >= 0 always; K <= the highest iteration partition when it is known."""
+    from flywheel.validation import ConfigurationError
+
+    assert LoopResource(max_iterations=1).policy(max_partition=3).max_iteration == 1
+    with pytest.raises(ConfigurationError, match="must be >= 0"):
+        LoopResource(max_iterations=-1).policy()
+    with pytest.raises(ConfigurationError, match="raise the profile's max_iteration to at least 7"):
+        LoopResource(max_iterations=7).policy(max_partition=3)

@@ -118,6 +118,9 @@ def test_webserver_serves_the_summary_table_and_chart(tmp_path, monkeypatch):
 
         chromium = shutil.which("chromium") or shutil.which("chromium-browser")
         if chromium:  # the page itself, as a browser renders it
+            # The first visit of an instance opens Dagster's "Join the community" dialog over the page;
+            # mark it seen (the UI's own mutation) so the screenshot shows the asset.
+            assert graphql(port, "mutation { setNuxSeen }", {})["setNuxSeen"] is True
             shot = tmp_path / "asset_page.png"
             subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                             "--disable-component-update", "--disable-sync", "--no-first-run",

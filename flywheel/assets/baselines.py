@@ -27,19 +27,16 @@ from flywheel.assets.refinement import rollouts
 from flywheel.assets.training import sft_checkpoint
 from flywheel.evaluation import summarize
 from flywheel.methods import METHODS
-from flywheel.partitions import BENCHMARK, ITERATION, flywheel_partitions, keys_of
+from flywheel.partitions import DEFAULT as DEFAULT_PARTITIONS
+from flywheel.partitions import flywheel_partitions, keys_of
 from flywheel.policy.dpo import DPOSettings, Pair, make_pairs, train_dpo
 from flywheel.policy.grpo import GRPOSettings, NoLearningSignal, train_grpo
 from flywheel.resources import EnvResource, PolicyResource, StoreResource
 from flywheel.rollout import resume_rollouts
-from flywheel.settings import max_iteration
 
-# (b, k-1) upstream -> (b, k) downstream: what a baseline at k reads (rollouts or the checkpoint of k-1).
-previous_iteration = dg.MultiPartitionMapping({
-    BENCHMARK: dg.DimensionPartitionMapping(BENCHMARK, dg.IdentityPartitionMapping()),
-    ITERATION: dg.DimensionPartitionMapping(ITERATION, dg.StaticPartitionMapping(
-        {str(k): str(k + 1) for k in range(max_iteration())})),
-})
+# (b, k-1) upstream -> (b, k) downstream: what a baseline at k reads (rollouts or the checkpoint of k-1),
+# over the placeholder partitions (build_defs swaps it for the profile's range).
+previous_iteration = DEFAULT_PARTITIONS.previous_iteration
 
 
 class MethodResource(dg.ConfigurableResource):

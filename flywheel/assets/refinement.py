@@ -28,12 +28,11 @@ from flywheel.sampling import (
     jobs_from_allocation,
     task_stats_rows,
 )
-from flywheel.settings import rollout_retry_delay_s
 from flywheel.validation import check_options
 
 # A failed rollouts step (generator OOM, a JVM that will not start, a killed worker thread)
 # is retried in the same run; it resumes from the episodes already in DuckDB.
-ROLLOUT_RETRY = dg.RetryPolicy(max_retries=2, delay=rollout_retry_delay_s(), backoff=dg.Backoff.EXPONENTIAL)
+ROLLOUT_RETRY = dg.RetryPolicy(max_retries=2, delay=10, backoff=dg.Backoff.EXPONENTIAL)  # 10 s, 20 s; then run retries
 
 
 @dg.asset(

@@ -2,7 +2,7 @@ import dagster as dg
 
 from flywheel.failures import setup_fails_once
 from flywheel.loop import LoopPolicy
-from flywheel.settings import iteration_budget, max_iteration
+from flywheel.partitions import DEFAULT_MAX_ITERATION
 from flywheel.validation import ConfigurationError, check_benchmarks, check_budget
 
 
@@ -15,7 +15,7 @@ class LoopResource(dg.ConfigurableResource):
     `patience` iterations in a row.
     """
 
-    max_iterations: int = iteration_budget()
+    max_iterations: int = DEFAULT_MAX_ITERATION
     patience: int = 2
     min_new_successes: int = 1
     min_improvement: float = 0.0
@@ -34,8 +34,8 @@ class LoopResource(dg.ConfigurableResource):
     # True trains k+1 anyway (on the same data): for experiments that want all K iterations.
     continue_on_empty_gate: bool = False
 
-    def validate(self) -> None:
-        check_budget(self.max_iterations, max_partition=max_iteration())
+    def validate(self, max_partition: int | None = None) -> None:
+        check_budget(self.max_iterations, max_partition=max_partition)
         check_benchmarks(self.benchmarks, where="loop.benchmarks")
         if self.patience < 1:
             raise ConfigurationError(f"loop.patience must be >= 1, got {self.patience}")
@@ -49,8 +49,9 @@ class LoopResource(dg.ConfigurableResource):
         if not 0 < self.history_decay <= 1:
             raise ConfigurationError(f"loop.history_decay must be in (0, 1], got {self.history_decay}")
 
-    def policy(self) -> LoopPolicy:
-        self.validate()
+    def policy(self, max_partition: int | None = None) -> LoopPolicy:
+        """The stop rules; `max_partition` (the highest iteration partition) bounds K when known."""
+        self.validate(max_partition)
         return LoopPolicy(max_iteration=self.max_iterations, patience=self.patience,
                           min_new_successes=self.min_new_successes, min_improvement=self.min_improvement)
 

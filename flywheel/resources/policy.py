@@ -10,15 +10,15 @@ from flywheel.policy.training import TrainConfig, TrainResult, train_sft
 from flywheel.prompting import check_history_mode
 from flywheel.resources.ray_cluster import RayConfig, check_backend
 from flywheel.rollout import RolloutConfig
-from flywheel.settings import REPO_ROOT, default_base_model, runs_dir
+from flywheel.settings import DEFAULT_RUNS_DIR, REPO_ROOT, SMOLLM2_DIR
 from flywheel.validation import BOUNDS, ConfigurationError, check_model_path, check_options
 
 
 class PolicyResource(dg.ConfigurableResource):
     """Base model, SFT knobs and rollout knobs; subclasses choose the inference backend."""
 
-    base_model_path: str = default_base_model()
-    checkpoints_dir: str = str(runs_dir() / "checkpoints")
+    base_model_path: str = str(SMOLLM2_DIR)
+    checkpoints_dir: str = str(DEFAULT_RUNS_DIR / "checkpoints")
     # SFT
     epochs: float = 2.0
     learning_rate: float = 5e-5

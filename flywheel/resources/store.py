@@ -1,13 +1,13 @@
 import dagster as dg
 
-from flywheel.settings import runs_dir
+from flywheel.settings import DEFAULT_RUNS_DIR
 from flywheel.store import Store
 
 
 class StoreResource(dg.ConfigurableResource):
     """The DuckDB file that holds tasks, trajectories, steps, checkpoints and evaluations."""
 
-    path: str = str(runs_dir() / "flywheel.duckdb")
+    path: str = str(DEFAULT_RUNS_DIR / "flywheel.duckdb")
     # Written into the `method` column of every trajectory and checkpoint (an experiment sets its arm's method).
     method: str = "bpo"
 

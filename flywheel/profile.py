@@ -1,0 +1,212 @@
+"""One configuration: a profile (a YAML file) configures the Dagster definitions, the CLI and the loop.
+
+Why: the UI, the sensor's and schedule's runs, backfills, the demo and experiments must all run
+with the same settings, so that iteration k+1 trains and rolls out exactly as k did. Before
+profiles, each entry point took its settings from somewhere else (code defaults, environment
+variables read at import time, CLI flags), and the sensor's runs fell back to code defaults.
+
+A profile names:
+- `benchmarks`: the benchmark partitions (default: every benchmark in `envs.REGISTRY`);
+- `max_iteration`: the iteration partitions are 0..max_iteration (default 3);
+- `runs_dir`: the store and checkpoints (relative paths are relative to the repository);
+- `model`: the base model, `smollm2` (the prepared SmolLM2-135M folder), `tiny` (a tiny random
+  Llama built under runs_dir, for smoke runs) or a model folder;
+- `policy_backend`: `transformers` (in process), `vllm` (a managed vLLM server) or `openai` (any
+  OpenAI-compatible server: `policy: {base_url: ...}`);
+- `loop_cron`: the schedule's cadence;
+- and the fields of each resource, section by section, with exactly the names the resources use:
+  `envs`, `policy`, `loop`, `curriculum`, `method` and `teacher` (absent or without `base_url`: the
+  scripted teacher; `{base_url, model, ...}`: an OpenAI-compatible teacher, key from $FLYWHEEL_TEACHER_API_KEY).
+
+Every field is declared once, in its resource class; an unknown field fails before any work,
+naming the valid ones. Experiment presets (`flywheel/experiment.py`) are profiles plus arms and
+build their resources with `build_resources` below.
+
+Nothing here reads the environment: the code location (`flywheel.definitions.defs`) and the CLI
+are the only places that read `$FLYWHEEL_PROFILE`, once, when they start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import yaml
+
+from flywheel.settings import REPO_ROOT, SMOLLM2_DIR
+from flywheel.validation import ConfigurationError, check_budget
+
+PROFILE_ENV = "FLYWHEEL_PROFILE"
+SECTIONS = ("envs", "policy", "loop", "curriculum", "teacher", "method")
+POLICY_BACKENDS = ("transformers", "vllm", "openai")
+
+
+def _all_benchmarks() -> tuple[str, ...]:
+    from envs import REGISTRY
+
+    return tuple(sorted(REGISTRY))
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A parsed profile (see the module doc); `Profile()` is the built-in default."""
+
+    benchmarks: tuple[str, ...] = field(default_factory=_all_benchmarks)
+    max_iteration: int = 3
+    runs_dir: str = "runs"
+    model: str = "smollm2"
+    policy_backend: str = "transformers"
+    loop_cron: str = "*/30 * * * *"
+    sections: dict[str, dict[str, Any]] = field(default_factory=dict)
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        from flywheel.validation import check_benchmark
+
+        where = self.source or "profile"
+        if not self.benchmarks:
+            raise ConfigurationError(f"{where}: benchmarks must name at least one benchmark")
+        for b in self.benchmarks:
+            check_benchmark(b, where=f"{where}: benchmarks")
+        if not isinstance(self.max_iteration, int) or isinstance(self.max_iteration, bool) or self.max_iteration < 0:
+            raise ConfigurationError(f"{where}: max_iteration must be an integer >= 0, got {self.max_iteration!r}")
+        if self.policy_backend not in POLICY_BACKENDS:
+            raise ConfigurationError(f"{where}: policy_backend must be one of {list(POLICY_BACKENDS)}, "
+                                     f"got {self.policy_backend!r}")
+        bad = sorted(set(self.sections) - set(SECTIONS))
+        if bad:
+            raise ConfigurationError(f"{where}: unknown section(s) {bad}; valid: {list(SECTIONS)}")
+
+    @property
+    def runs_path(self) -> Path:
+        p = Path(self.runs_dir).expanduser()
+        return p if p.is_absolute() else REPO_ROOT / p
+
+    def model_path(self) -> str:
+        """The base model folder `model` names (not checked: resources check it when they start)."""
+        if self.model == "smollm2":
+            return str(SMOLLM2_DIR)
+        if self.model == "tiny":
+            return str(self.runs_path / "tiny-model")
+        return str(Path(self.model).expanduser())
+
+    def resources(self) -> dict[str, dg.ConfigurableResource]:
+        """The resources `build_defs` gets: store and checkpoints under runs_dir, the profile's fields."""
+        return build_resources(
+            self.sections, policy_backend=self.policy_backend, where=self.source or "profile",
+            store_path=str(self.runs_path / "flywheel.duckdb"), checkpoints_dir=str(self.runs_path / "checkpoints"),
+            model_path=self.model_path(), max_iteration=self.max_iteration,
+        )
+
+    def with_overrides(self, **changes: Any) -> Profile:
+        return dataclasses.replace(self, **changes)
+
+
+TOP_LEVEL = tuple(f.name for f in dataclasses.fields(Profile) if f.name not in ("sections", "source")) + SECTIONS
+
+
+def section(name: str, value: Any) -> dict[str, Any]:
+    """A section's fields; `method: NAME` is short for `method: {name: NAME}`, `teacher: scripted` for none."""
+    if name == "method" and isinstance(value, str):
+        return {"name": value}
+    if name == "teacher" and value == "scripted":
+        return {}
+    if value is not None and not isinstance(value, dict):
+        raise ConfigurationError(f"section {name!r} must be a mapping of fields, got {value!r}")
+    return dict(value or {})
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """A YAML mapping, or a ConfigurationError naming the file and the problem."""
+    if not path.is_file():
+        raise ConfigurationError(f"no such file: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigurationError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigurationError(f"{path} must be a mapping of fields, got {type(raw).__name__}")
+    return raw
+
+
+def profile_from_mapping(raw: dict[str, Any], *, source: str = "profile") -> Profile:
+    unknown = sorted(set(raw) - set(TOP_LEVEL))
+    if unknown:
+        raise ConfigurationError(f"{source}: unknown field(s) {unknown}; valid: {sorted(TOP_LEVEL)}")
+    top = {k: v for k, v in raw.items() if k not in SECTIONS}
+    if "benchmarks" in top:
+        b = top["benchmarks"]
+        top["benchmarks"] = tuple([b] if isinstance(b, str) else b)
+    try:
+        sections = {s: section(s, raw[s]) for s in SECTIONS if raw.get(s) is not None}
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{source}: {exc}") from None
+    profile = Profile(**top, sections=sections, source=source)
+    profile.resources()  # every field checked now: a bad one fails before any work
+    return profile
+
+
+def load_profile(path: str | Path | None) -> Profile:
+    """The profile in `path`; None (no profile named) is the built-in default `Profile()`."""
+    if path is None or str(path).strip() == "":
+        return Profile()
+    p = Path(path).expanduser()
+    return profile_from_mapping(read_yaml(p), source=str(p))
+
+
+# -- resources -------------------------------------------------------------------------------
+def resource_classes(policy_backend: str) -> dict[str, type[dg.ConfigurableResource]]:
+    """Section name -> the resource class that section configures (the policy's by backend)."""
+    from flywheel.assets.baselines import MethodResource
+    from flywheel.assets.curriculum import CurriculumResource
+    from flywheel.resources import EnvResource, LoopResource
+    from flywheel.resources.policy import ManagedVLLMPolicy, OpenAICompatiblePolicy, TransformersPolicy
+
+    policies = {"transformers": TransformersPolicy, "vllm": ManagedVLLMPolicy, "openai": OpenAICompatiblePolicy}
+    if policy_backend not in policies:
+        raise ConfigurationError(f"policy_backend must be one of {sorted(policies)}, got {policy_backend!r}")
+    return {"envs": EnvResource, "policy": policies[policy_backend], "loop": LoopResource,
+            "curriculum": CurriculumResource, "method": MethodResource}
+
+
+def build_one(cls: type[dg.ConfigurableResource], name: str, fields_: dict[str, Any], where: str) -> dg.ConfigurableResource:
+    valid = set(cls.model_fields)
+    bad = sorted(set(fields_) - valid)
+    if bad:
+        raise ConfigurationError(f"{where}: unknown {name} field(s) {bad}; valid: {sorted(valid)}")
+    try:
+        return cls(**fields_)
+    except Exception as exc:  # pydantic's message names the field and the expected type
+        raise ConfigurationError(f"{where}: invalid {name} settings: {' '.join(str(exc).split())[:500]}") from None
+
+
+def build_resources(
+    sections: dict[str, dict[str, Any]], *, policy_backend: str, where: str, store_path: str, checkpoints_dir: str,
+    model_path: str, max_iteration: int, store_fields: dict[str, Any] | None = None,
+    loop_defaults: dict[str, Any] | None = None,
+) -> dict[str, dg.ConfigurableResource]:
+    """The resources dict handed to `build_defs`, built section by section from plain fields."""
+    from flywheel.resources import OpenAITeacherResource, ScriptedTeacherResource, StoreResource
+
+    out: dict[str, dg.ConfigurableResource] = {"store": StoreResource(path=store_path, **(store_fields or {}))}
+    for name, cls in resource_classes(policy_backend).items():
+        fields_ = dict(sections.get(name, {}))
+        if name == "policy":
+            fields_.setdefault("base_model_path", model_path)
+            fields_.setdefault("checkpoints_dir", checkpoints_dir)
+        if name == "loop":
+            for k, v in (loop_defaults or {}).items():
+                fields_.setdefault(k, v)
+            fields_.setdefault("max_iterations", max_iteration)
+        out[name] = build_one(cls, name, fields_, where)
+    try:
+        check_budget(out["loop"].max_iterations, max_partition=max_iteration)  # type: ignore[attr-defined]
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{where}: {exc}") from None
+    teacher = dict(sections.get("teacher", {}))  # with a base_url: an OpenAI-compatible endpoint, else scripted
+    out["teacher"] = build_one(OpenAITeacherResource if "base_url" in teacher else ScriptedTeacherResource,
+                               "teacher", teacher, where)
+    return out
