@@ -168,3 +168,10 @@ def test_nothing_in_flywheel_reads_the_environment_at_import_time():
         assert out.returncode == 0, out.stderr[-2000:]
         outs.append(out.stdout.strip().splitlines()[-1])
     assert outs[0] == outs[1] and outs[0].endswith(" 3")
+
+
+def test_the_shipped_example_profile_loads():
+    profile = load_profile(REPO / "profiles" / "example.yaml")
+    assert profile.benchmarks == ("webshop", "scienceworld") and profile.max_iteration == 4
+    res = profile.resources()
+    assert res["loop"].max_iterations == 3 and res["envs"].spec_options["webshop"] == {"prompt": "compact"}
