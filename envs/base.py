@@ -76,8 +76,14 @@ class BenchmarkSpec(Protocol):
 
     Optional attributes and methods (the flywheel uses the default when a spec lacks one):
 
+    - `display_name` (default: `name`): how tables and reports title the benchmark.
     - `eval_splits` (default `("seen", "unseen")`): the splits evaluation plays; a benchmark
-      with one test set names one split so it is not played twice.
+      with one test set names one split so it is not played twice. The results tables have
+      one column per evaluation split (titled by `display_name` alone when there is one).
+    - `primary_metric` (default `"success_rate"`, or `"avg_reward"`): what the paper's main
+      table reports for this benchmark (a reward column is titled "avg reward").
+    - `paper_notes` (default `()`): sentences the paper report adds under "What differs from
+      the paper" (e.g. which test index or data stands in for the paper's).
     - `eval_bucket_edges` (default `(5, 10)`): inclusive upper gold-path-length edges of the
       easy / medium evaluation buckets (hard is above the last).
     - `gold_length(task) -> int` (default `len(expert_actions(task))`): the gold path length

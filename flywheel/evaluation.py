@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import envs
+from envs import BenchmarkSpec
 from flywheel.trajectory import Trajectory
+
+DEFAULT_EVAL_SPLITS = ("seen", "unseen")
+# The metrics a spec may name as its `primary_metric`, and what a column adds to the benchmark's
+# title for it (success is the unmarked default).
+PRIMARY_METRICS = {"success_rate": "", "avg_reward": "avg reward"}
 
 
 def summarize(trajs: Sequence[Trajectory]) -> dict[str, Any]:
@@ -33,3 +41,42 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> st
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in columns) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def display_name(spec: BenchmarkSpec) -> str:
+    """How tables title a benchmark: the spec's `display_name`, else its name."""
+    return str(getattr(spec, "display_name", spec.name))
+
+
+def primary_metric(spec: BenchmarkSpec) -> str:
+    """What the paper's main table reports for a benchmark: the spec's `primary_metric`, else success."""
+    metric = getattr(spec, "primary_metric", "success_rate")
+    if metric not in PRIMARY_METRICS:
+        raise ValueError(f"benchmark {spec.name!r} has primary_metric {metric!r}; use one of {', '.join(PRIMARY_METRICS)}")
+    return metric
+
+
+@dataclass(frozen=True)
+class ResultColumn:
+    """One column of a table across benchmarks (the paper's Table 1): one evaluation split of one benchmark."""
+
+    benchmark: str
+    split: str
+    title: str  # the display name, followed by the split when the benchmark evaluates more than one
+    metric: str  # the benchmark's primary metric
+
+
+def result_columns() -> list[ResultColumn]:
+    """One column per evaluation split of every registered benchmark, benchmarks in name order.
+
+    Built from the specs (`display_name`, `eval_splits`, `primary_metric`), so a new benchmark
+    gets its columns by registering; a benchmark with one test set gets one column.
+    """
+    columns = []
+    for name in sorted(envs.REGISTRY):
+        spec = envs.get_benchmark(name)
+        splits = tuple(getattr(spec, "eval_splits", DEFAULT_EVAL_SPLITS))
+        for split in splits:
+            title = display_name(spec) + (f" {split}" if len(splits) > 1 else "")
+            columns.append(ResultColumn(name, split, title, primary_metric(spec)))
+    return columns

@@ -1,17 +1,20 @@
 """The paper's tables regenerated from an experiment's stores: `flywheel paper EXPERIMENT` (and the
 `paper_report` asset) writes paper.md, paper.json and fig2_success_by_complexity.png.
 
-- Table 1: success (ALFWorld, ScienceWorld seen/unseen) and average reward (WebShop) per method.
+- Table 1: per method, every registered benchmark's evaluation splits (`flywheel.evaluation.result_columns`),
+  each in its spec's `primary_metric` (success rate, or average reward).
 - Table 2: the stage ablation: base, +stage 1, +stage 2, +stage 3 (k = 1..K).
-- Table 4: SFT vs SFT+DPO vs SFT+GRPO vs BPO (ScienceWorld when given, else the experiment's benchmark).
+- Table 4: SFT vs SFT+DPO vs SFT+GRPO vs BPO (on `envs.DEFAULT_BENCHMARK` when given, else the first
+  experiment's benchmark).
 - Table 5: tokens per step and success, fused vs full-history long thoughts (bpo-stage1 vs react-sft at k=0:
   the same expert data, the same SFT, only the prompt differs).
-- Fig. 2: success by complexity bucket (gold path length; ScienceWorld hard = more than 17 steps).
+- Fig. 2: success by complexity bucket (gold path length; the spec's `eval_bucket_edges`).
 
 Each method's row is its last evaluated checkpoint. Every cell has n and a 95% interval: success rates
 with Wilson intervals, mean rewards and tokens per step with a bootstrap over episodes (2,000
 resamples, seeded), differences paired over the same tasks (`flywheel.quality.paired_difference`).
-Reads the stores only; writes nothing to them.
+Reads the stores only; writes nothing to them. Notes on what differs from the paper: each spec's
+`paper_notes`, then `NOTES`, then the presets' own.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+import envs
+from flywheel.evaluation import PRIMARY_METRICS, ResultColumn, display_name, result_columns
 from flywheel.experiment import RESULTS_DIR, Preset, load_preset
 from flywheel.methods import METHODS
 from flywheel.quality import paired_difference, wilson_interval
@@ -28,13 +33,7 @@ from flywheel.settings import DEFAULT_RUNS_DIR
 from flywheel.store import Store
 from flywheel.validation import ConfigurationError
 
-BENCH_COLUMNS = [("alfworld", "seen", "ALFWorld seen"), ("alfworld", "unseen", "ALFWorld unseen"),
-                 ("scienceworld", "seen", "ScienceWorld seen"), ("scienceworld", "unseen", "ScienceWorld unseen"),
-                 ("webshop", "unseen", "WebShop avg reward")]
 NOTES = [
-    "ScienceWorld unseen is the 211-task test index released with ETO (the paper prints 241 tasks).",
-    "WebShop runs on the stand-in catalog built from items_ins_v2_1000.json (the original product files "
-    "cannot be fetched here); its number is the average reward over the test goals played.",
     "The policy is SmolLM2-135M trained on CPU (the paper trains Llama-3.1-8B and others on GPUs); the "
     "preset's limits (tasks, steps, SFT steps) are far below the paper's.",
     "The teacher is the scripted teacher (templated long thoughts and plans) unless the preset configures an "
@@ -173,25 +172,33 @@ def _paired(new: dict[str, Any] | None, old: dict[str, Any] | None) -> dict[str,
     return paired_difference(_all_outcomes(new), _all_outcomes(old), n_boot=BOOT)
 
 
+# A split's cell in a benchmark's primary metric (see PRIMARY_METRICS).
+_METRIC_CELLS = {"success_rate": lambda s: _rate_cell(s["success"]), "avg_reward": lambda s: _mean_cell(s["reward"])}
+
+
+def _column_title(column: ResultColumn) -> str:
+    return " ".join(t for t in (column.title, PRIMARY_METRICS[column.metric]) if t)
+
+
 def table1(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    columns = result_columns()
     by_method: dict[tuple[str, str], dict[tuple[str, str], str]] = {}
     for arm in data["arms"]:
         ck = _final(arm)
         row = by_method.setdefault((arm["method"], arm["arm"]), {})
-        for bench, split, _ in BENCH_COLUMNS:
-            if arm["benchmark"] != bench or not ck:
+        for c in columns:
+            if arm["benchmark"] != c.benchmark or not ck:
                 continue
-            s = ck["splits"].get(split)
+            s = ck["splits"].get(c.split)
             if s is None:
                 continue
-            row[(bench, split)] = (_mean_cell(s["reward"]) if bench == "webshop"
-                                   else _rate_cell(s["success"])) + f" k={ck['k']}"
+            row[(c.benchmark, c.split)] = _METRIC_CELLS[c.metric](s) + f" k={ck['k']}"
     order = list(METHODS)
     rows = []
     for (method, arm_name), cells in sorted(by_method.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1])):
         arm = {"method": method, "arm": arm_name}
-        rows.append([_label(arm)] + [cells.get((b, s), "not run") for b, s, _ in BENCH_COLUMNS])
-    return ["method"] + [c for _, _, c in BENCH_COLUMNS], rows
+        rows.append([_label(arm)] + [cells.get((c.benchmark, c.split), "not run") for c in columns])
+    return ["method"] + [_column_title(c) for c in columns], rows
 
 
 def _arms(data: dict[str, Any], *methods: str, benchmark: str | None = None) -> list[dict[str, Any]]:
@@ -323,13 +330,25 @@ def render_fig2(rows: list[dict[str, Any]], out: Path, benchmark: str) -> bool:
     return True
 
 
+def _display(benchmark: str) -> str:
+    return display_name(envs.get_benchmark(benchmark))
+
+
+def paper_notes() -> list[str]:
+    """The registered specs' `paper_notes`, benchmarks in name order (Table 1 shows them all)."""
+    return [n for name in sorted(envs.REGISTRY) for n in getattr(envs.get_benchmark(name), "paper_notes", ())]
+
+
 def render(data: dict[str, Any], presets: list[Preset]) -> str:
     benches = list(dict.fromkeys(p.benchmark for p in presets))
-    sw = "scienceworld" if "scienceworld" in benches else benches[0]
+    # Table 4's benchmark (the paper's is envs.DEFAULT_BENCHMARK, ScienceWorld).
+    table4_bench = envs.DEFAULT_BENCHMARK if envs.DEFAULT_BENCHMARK in benches else benches[0]
+    rewards = " and ".join(dict.fromkeys(_display(c.benchmark) for c in result_columns() if c.metric == "avg_reward"))
     parts = [f"# The paper's tables: {', '.join(data['presets'])}", "",
              "Regenerated by `flywheel paper " + " ".join(data["presets"]) + "` from the experiments' stores. "
-             "Cells: value [95% interval] (n). Success rates in percent with Wilson intervals; WebShop average "
-             "reward, tokens per step and steps per episode with a 95% bootstrap interval over episodes; "
+             "Cells: value [95% interval] (n). Success rates in percent with Wilson intervals; "
+             + (f"{rewards} average reward, " if rewards else "")
+             + "tokens per step and steps per episode with a 95% bootstrap interval over episodes; "
              "differences in points, paired over the same tasks (bootstrap interval, tasks gained/lost, exact "
              "McNemar p).", ""]
     h, r = table1(data)
@@ -337,10 +356,10 @@ def render(data: dict[str, Any], presets: list[Preset]) -> str:
     for b in benches:
         h, r = table2(data, b)
         parts += [f"## Table 2: stage ablation ({b})", "", _md(h, r) if r else "No ablation arms were run.", ""]
-    h, r = table4(data, sw)
-    parts += [f"## Table 4: SFT vs SFT+DPO vs SFT+GRPO vs BPO ({sw})", ""]
-    if sw != "scienceworld":
-        parts += ["(No ScienceWorld experiment given: shown on this benchmark.)", ""]
+    h, r = table4(data, table4_bench)
+    parts += [f"## Table 4: SFT vs SFT+DPO vs SFT+GRPO vs BPO ({table4_bench})", ""]
+    if table4_bench != envs.DEFAULT_BENCHMARK:
+        parts += [f"(No {_display(envs.DEFAULT_BENCHMARK)} experiment given: shown on this benchmark.)", ""]
     parts += [_md(h, r) if r else "No SFT/DPO/GRPO/BPO arms were run.", ""]
     for b in benches:
         h, r = table5(data, b)
@@ -354,7 +373,7 @@ def render(data: dict[str, Any], presets: list[Preset]) -> str:
                   else "No bucketed evaluation yet.", ""]
         if data["figures"].get(b):
             parts += [f"![Fig. 2]({data['figures'][b]})", ""]
-    notes = NOTES + [n for p in presets for n in p.notes]
+    notes = paper_notes() + NOTES + [n for p in presets for n in p.notes]
     parts += ["## What differs from the paper", ""] + [f"- {n}" for n in dict.fromkeys(notes)] + [""]
     return "\n".join(parts)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import dagster as dg
 
 from flywheel.definitions import build_defs
-from flywheel.evaluation import markdown_table
+from flywheel.evaluation import markdown_table, result_columns
 from flywheel.partitions import DEFAULT_MAX_ITERATION, partition_key
 from flywheel.profile import Profile
 from flywheel.store import Store
@@ -155,25 +155,23 @@ def results_table(store: Store, benchmark: str) -> str:
     return markdown_table(list(rows.values()), cols)
 
 
-PAPER_COLUMNS = [("alfworld", "seen"), ("alfworld", "unseen"), ("scienceworld", "seen"), ("scienceworld", "unseen"),
-                 ("webshop", "unseen")]
-
-
 def paper_table(store: Store, *, iteration: int | None = None, metric: str = "success_rate") -> str:
-    """Paper Table 1 layout: ALFWorld seen/unseen, ScienceWorld seen/unseen, WebShop, average.
+    """Paper Table 1 layout: a column per evaluation split of every registered benchmark (in name
+    order, titled by the specs: `flywheel.evaluation.result_columns`), then their average.
 
-    One row per iteration k (or only `iteration`), in percent. WebShop has one test split
-    (its seen and unseen are the same goals), reported once. A benchmark not yet evaluated
-    at k shows "-" and is left out of the average, which then says how many columns it covers.
+    One row per iteration k (or only `iteration`), in percent. A benchmark with one test set has
+    one column. A benchmark not yet evaluated at k shows "-" and is left out of the average,
+    which then says how many columns it covers.
     """
     if metric not in {"success_rate", "avg_reward"}:
         raise ValueError("metric must be success_rate or avg_reward")
     values = store.evaluation_values(metric)
     iterations = sorted({k for (_, _, k) in values}) if iteration is None else [iteration]
-    header = ["k", "ALFWorld seen", "ALFWorld unseen", "ScienceWorld seen", "ScienceWorld unseen", "WebShop", "average"]
+    columns = result_columns()
+    header = ["k"] + [c.title for c in columns] + ["average"]
     rows = []
     for k in iterations:
-        cells = [values.get((b, s, k)) for b, s in PAPER_COLUMNS]
+        cells = [values.get((c.benchmark, c.split, k)) for c in columns]
         have = [c for c in cells if c is not None]
         avg = f"{100 * sum(have) / len(have):.1f}" + ("" if len(have) == len(cells) else f" ({len(have)}/{len(cells)} cols)") if have else "-"
         rows.append([str(k)] + [f"{100 * c:.1f}" if c is not None else "-" for c in cells] + [avg])

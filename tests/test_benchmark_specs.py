@@ -19,13 +19,15 @@ from flywheel.curriculum.buckets import DEFAULT_EVAL_EDGES, Buckets, eval_bucket
 from flywheel.curriculum.complexity import ComplexityScorer
 from flywheel.curriculum.gold import gold_length
 from flywheel.curriculum.proposals import UnknownSynthesizerError, get_synthesizer
+from flywheel.evaluation import PRIMARY_METRICS, display_name, primary_metric
 from flywheel.trajectory import Step, Trajectory
 from flywheel.validation import ConfigurationError
 from tests.loop_support import REPO_ROOT
 
 # Modules that must never name a benchmark: everything they know comes from a spec.
-BENCHMARK_FREE = ["flywheel/cli.py", *sorted(p.relative_to(REPO_ROOT).as_posix()
-                                               for p in (REPO_ROOT / "flywheel" / "curriculum").glob("*.py"))]
+BENCHMARK_FREE = ["flywheel/cli.py", "flywheel/evaluation.py", "flywheel/paper.py", "flywheel/pipeline.py",
+                  *sorted(p.relative_to(REPO_ROOT).as_posix()
+                          for p in (REPO_ROOT / "flywheel" / "curriculum").glob("*.py"))]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,8 +60,8 @@ def _string_literals(path: Path) -> list[str]:
             if isinstance(node, ast.Constant) and isinstance(node.value, str)]
 
 
-def test_curriculum_and_cli_never_name_a_benchmark():
-    assert "flywheel/curriculum/complexity.py" in BENCHMARK_FREE and len(BENCHMARK_FREE) > 5
+def test_curriculum_cli_and_reports_never_name_a_benchmark():
+    assert "flywheel/curriculum/complexity.py" in BENCHMARK_FREE and len(BENCHMARK_FREE) > 8
     offenders = {path: sorted({b for s in _string_literals(REPO_ROOT / path) for b in REGISTRY if b in s.lower()})
                  for path in BENCHMARK_FREE}
     assert {p: names for p, names in offenders.items() if names} == {}
@@ -72,6 +74,9 @@ def test_registered_specs_hold_valid_optional_attributes(benchmark):
     Buckets(tuple(float(e) for e in spec.eval_bucket_edges))  # increasing, two edges for three buckets
     assert type(get_synthesizer(spec)).__module__ == f"envs.{benchmark}.synthesis"
     assert set(spec.complexity_signals()) <= {"length", "locations", "subgoals"}
+    assert display_name(spec) and primary_metric(spec) in PRIMARY_METRICS  # a bad metric raises
+    assert set(getattr(spec, "eval_splits", ())) <= {"seen", "unseen"}  # the splits every spec loads
+    assert all(isinstance(n, str) and n for n in getattr(spec, "paper_notes", ()))
     # The demo's settings are options this benchmark takes (a typo would fail only inside a run).
     configure_spec(spec, dict(getattr(spec, "demo_spec_options", {})))
     check_env_options(spec, dict(getattr(spec, "demo_env_options", {})))
@@ -79,6 +84,8 @@ def test_registered_specs_hold_valid_optional_attributes(benchmark):
 
 def test_a_spec_without_optional_attributes_gets_the_generic_defaults():
     spec = BareSpec()
+    assert display_name(spec) == "bare" and primary_metric(spec) == "success_rate"
+    assert not hasattr(spec, "paper_notes") and not hasattr(spec, "eval_splits")
     assert eval_buckets(spec).edges == tuple(float(e) for e in DEFAULT_EVAL_EDGES)
     assert gold_length(spec, Task("bare", "seen", "t")) == 3  # len(expert_actions)
     assert gold_length(spec, Task("bare", "seen", "t", expert_actions=("x",))) == 1  # the task's own path first
@@ -91,6 +98,13 @@ def test_a_spec_without_optional_attributes_gets_the_generic_defaults():
     traj = Trajectory(benchmark="bare", split="train", task_id="t", source="teacher", steps=steps)
     assert ComplexityScorer(other="locations").score(traj, spec).other_signal == 3.0  # start, desk 1, hall
     assert ComplexityScorer(other="subgoals").score(traj, spec).other_signal == 2.0  # reward rose twice
+
+
+def test_a_primary_metric_the_tables_cannot_show_is_refused():
+    spec = dataclasses.make_dataclass("MedianSpec", [("primary_metric", str, "median_steps")], bases=(BareSpec,),
+                                      frozen=True)()
+    with pytest.raises(ValueError, match="'bare' has primary_metric 'median_steps'; use one of success_rate, avg_reward"):
+        primary_metric(spec)
 
 
 def test_a_spec_signal_replaces_the_generic_one_only_for_its_benchmark():

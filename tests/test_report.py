@@ -1,5 +1,34 @@
+"""The tables across benchmarks (`flywheel report --paper`, the paper's Table 1) are built from the specs."""
+
+import dataclasses
+from types import SimpleNamespace
+from typing import ClassVar
+
+from envs import REGISTRY
+from flywheel import paper
 from flywheel.pipeline import paper_table
 from flywheel.store import Store
+from tests.test_benchmark_specs import BareSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportedSpec(BareSpec):
+    """A registered benchmark with every optional attribute the tables read."""
+
+    name: str = "bare"
+    display_name: ClassVar[str] = "Bare Bench"
+    eval_splits: ClassVar[tuple[str, ...]] = ("unseen",)
+    primary_metric: ClassVar[str] = "avg_reward"
+    paper_notes: ClassVar[tuple[str, ...]] = ("Bare Bench is a test double.",)
+
+
+REPORTED = ReportedSpec()
+
+
+def _evaluate(db: Store, bench: str, split: str, v: float, k: int = 0) -> None:
+    db.write_evaluation({"benchmark": bench, "iteration": k, "split": split, "checkpoint_id": "c",
+                         "episodes": 4, "errored": 0, "success_rate": v, "avg_reward": v / 2, "mean_steps": 1.0,
+                         "tokens_per_step": 1.0, "prompt_tokens_per_step": 1.0, "invalid_action_rate": 0.0})
 
 
 def test_paper_table_layout_and_average(tmp_path):
@@ -16,3 +45,40 @@ def test_paper_table_layout_and_average(tmp_path):
     assert table[0].startswith("| k | ALFWorld seen | ALFWorld unseen | ScienceWorld seen | ScienceWorld unseen | WebShop | average")
     assert table[2] == "| 0 | 50.0 | 25.0 | 100.0 | 0.0 | 40.0 | 43.0 |"
     assert table[3] == "| 1 | - | - | 75.0 | - | - | 75.0 (1/5 cols) |"
+
+
+def test_paper_table1_titles_the_registered_benchmarks_by_their_specs():
+    header, rows = paper.table1({"arms": []})
+    assert header == ["method", "ALFWorld seen", "ALFWorld unseen", "ScienceWorld seen", "ScienceWorld unseen",
+                      "WebShop avg reward"] and rows == []
+    notes = paper.paper_notes()
+    assert len(notes) == 2 and "211-task" in notes[0] and "stand-in catalog" in notes[1]
+
+
+def test_a_registered_benchmark_gets_its_columns_from_its_spec(tmp_path, monkeypatch):
+    monkeypatch.setitem(REGISTRY, "bare", "tests.test_report:REPORTED")
+    db = Store(tmp_path / "s.duckdb")
+    _evaluate(db, "bare", "unseen", 0.5)
+    _evaluate(db, "bare", "seen", 0.9)  # not an evaluation split of this benchmark: no column
+    _evaluate(db, "webshop", "unseen", 0.25)
+    table = paper_table(db).splitlines()
+    assert table[0] == ("| k | ALFWorld seen | ALFWorld unseen | Bare Bench | ScienceWorld seen | ScienceWorld unseen "
+                        "| WebShop | average |")  # registry names in order: alfworld, bare, scienceworld, webshop
+    assert table[2] == "| 0 | - | - | 50.0 | - | - | 25.0 | 37.5 (2/6 cols) |"
+    assert paper_table(db, metric="avg_reward").splitlines()[2] == "| 0 | - | - | 25.0 | - | - | 12.5 | 18.8 (2/6 cols) |"
+
+    ck = {"k": 1, "checkpoint_id": "c", "buckets": [], "splits": {"unseen": {
+        "success": paper.rate(1, 2), "reward": paper.bootstrap_ratio([0.5, 1.0], [1.0, 1.0]),
+        "prompt_tokens_per_step": paper.bootstrap_ratio([], []), "tokens_per_step": paper.bootstrap_ratio([], []),
+        "mean_steps": paper.bootstrap_ratio([], []), "outcomes": {"t0": True, "t1": False}}}}
+    data = {"presets": ["bare-mini"], "fig2": {}, "figures": {}, "arms": [
+        {"preset": "bare-mini", "arm": "bpo", "benchmark": "bare", "method": "bpo", "history_mode": "fused",
+         "checkpoints": {1: ck}}]}
+    header, [row] = paper.table1(data)
+    assert header[3] == "Bare Bench avg reward" and row[3].startswith("0.750 [") and row[3].endswith("(n=2) k=1")
+    assert row[1] == row[4] == row[6] == "not run"
+    md = paper.render(data, [SimpleNamespace(benchmark="bare", notes=["preset note"])])
+    assert "; Bare Bench and WebShop average reward, tokens per step" in md
+    assert "## Table 4: SFT vs SFT+DPO vs SFT+GRPO vs BPO (bare)\n\n(No ScienceWorld experiment given" in md
+    notes = md.split("## What differs from the paper")[1]
+    assert notes.index("- Bare Bench is a test double.") < notes.index("211-task") < notes.index("- preset note")

@@ -43,6 +43,7 @@ class AlfWorldSpec:
     """The ALFWorld benchmark: ETO splits, 40-step limit, `move X to Y` vocabulary."""
 
     name: str = "alfworld"
+    display_name: ClassVar[str] = "ALFWorld"
     root: str | None = None
     max_steps: int = DEFAULT_MAX_STEPS
     expert_seed: int = 0

@@ -20,6 +20,9 @@ class ScienceWorldSpec:
     """The `BenchmarkSpec` for ScienceWorld (see envs/base.py)."""
 
     name: str = "scienceworld"
+    display_name: ClassVar[str] = "ScienceWorld"
+    paper_notes: ClassVar[tuple[str, ...]] = (
+        "ScienceWorld unseen is the 211-task test index released with ETO (the paper prints 241 tasks).",)
     prompt: str = "full"  # "compact": the main rules in 146 tokens instead of 584, for small models
 
     # Evaluation buckets by gold length: the paper's Fig. 2 calls more than 17 gold steps "hard"

@@ -42,9 +42,15 @@ class WebShopSpec:
     """
 
     name = "webshop"
+    display_name: ClassVar[str] = "WebShop"
     # One test set: "seen" and "unseen" are the same 200 goals, so evaluation plays it once
     # (reported in the "unseen" column, as the paper's single WebShop column).
     eval_splits = ("unseen",)
+    # The paper reports WebShop's average reward (partial credit for attributes, options, price).
+    primary_metric: ClassVar[str] = "avg_reward"
+    paper_notes: ClassVar[tuple[str, ...]] = (
+        "WebShop runs on the stand-in catalog built from items_ins_v2_1000.json (the original product files "
+        "cannot be fetched here); its number is the average reward over the test goals played.",)
     # Evaluation buckets by the oracle's length: search, product, options..., buy; > 5 needs paging.
     eval_bucket_edges: ClassVar[tuple[float, ...]] = (4, 5)
 
