@@ -208,7 +208,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     path = _existing_store(args)
     store = Store(path)
     print(f"store: {path}", file=sys.stderr)
-    evaluated = store.query("SELECT DISTINCT benchmark FROM evaluations ORDER BY 1")["benchmark"].to_list()
+    evaluated = store.evaluated_benchmarks()
     if not evaluated:
         print(f"warning: {path} holds no evaluation yet: nothing to report (materialize evaluation first)",
               file=sys.stderr)

@@ -76,15 +76,6 @@ def bootstrap_ratio(nums: list[float], dens: list[float], *, seed: int = 0) -> d
 
 
 # -- reading an arm --------------------------------------------------------------------------
-def _buckets(db: Store, benchmark: str, k: int) -> list[dict[str, Any]]:
-    try:
-        df = db.query("SELECT split, bucket, lo, hi, episodes, successes FROM eval_buckets WHERE benchmark = ? "
-                      "AND iteration = ? ORDER BY split, lo NULLS FIRST", [benchmark, k])
-    except Exception:  # noqa: BLE001 - a store whose evaluation never ran has no eval_buckets table
-        return []
-    return list(df.iter_rows(named=True))
-
-
 def arm_checkpoints(db: Store, benchmark: str) -> dict[int, dict[str, Any]]:
     """Per evaluated k: per split success (Wilson), mean reward and tokens/step (bootstrap), per-task outcomes."""
     out: dict[int, dict[str, Any]] = {}
@@ -103,7 +94,7 @@ def arm_checkpoints(db: Store, benchmark: str) -> dict[int, dict[str, Any]]:
             "mean_steps": bootstrap_ratio(steps, [1.0] * len(steps)),
             "outcomes": {t: ok for t, (ok, _) in outcomes.items()},
         }
-        entry["buckets"] = _buckets(db, benchmark, k)
+        entry["buckets"] = db.eval_buckets_of(benchmark, k)
     return out
 
 

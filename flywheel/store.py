@@ -705,6 +705,20 @@ class Store:
         df = self.query(f"SELECT benchmark, split, iteration, {metric} AS v FROM evaluations ORDER BY iteration")
         return {(r["benchmark"], r["split"], r["iteration"]): r["v"] for r in df.iter_rows(named=True)}
 
+    def evaluated_benchmarks(self) -> list[str]:
+        """Benchmarks with at least one evaluation row, in name order."""
+        return self.query("SELECT DISTINCT benchmark FROM evaluations ORDER BY 1")["benchmark"].to_list()
+
+    def eval_buckets_of(self, benchmark: str, iteration: int) -> list[dict[str, Any]]:
+        """Checkpoint k's success by complexity bucket, per split (split, bucket, lo, hi, episodes,
+        successes), easiest bucket first; [] before the first evaluation creates `eval_buckets`."""
+        try:
+            df = self.query("SELECT split, bucket, lo, hi, episodes, successes FROM eval_buckets WHERE benchmark = ? "
+                            "AND iteration = ? ORDER BY split, lo NULLS FIRST", [benchmark, iteration])
+        except duckdb.CatalogException:  # the table is the evaluation's (flywheel/curriculum/tables.py)
+            return []
+        return list(df.iter_rows(named=True))
+
     def checkpoint_rows(self, benchmark: str) -> list[dict[str, Any]]:
         """The latest recorded checkpoint of each iteration."""
         df = self.query(

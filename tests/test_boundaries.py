@@ -6,8 +6,6 @@ from pathlib import Path
 
 FLYWHEEL = Path(__file__).resolve().parents[1] / "flywheel"
 SQL_OWNERS = {"store.py", "curriculum/tables.py"}
-# Modules that still run their own SQL, to move into Store methods (issue 14). Shrink, never grow.
-SQL_NOT_YET_MOVED = {"cli.py", "paper.py"}
 SQL = re.compile(r"\.(query|execute|sql)\(|\b(SELECT|INSERT INTO|DELETE FROM|CREATE TABLE)\b")
 
 
@@ -29,7 +27,5 @@ def test_no_private_dagster_imports():
 
 def test_sql_lives_in_the_store():
     users = {name for name, text in _sources().items() if SQL.search(text)}
-    offenders = sorted(users - SQL_OWNERS - SQL_NOT_YET_MOVED)
+    offenders = sorted(users - SQL_OWNERS)
     assert offenders == [], f"SQL outside the store in flywheel/{offenders}: add a named Store method instead"
-    moved = sorted(SQL_NOT_YET_MOVED - users)
-    assert moved == [], f"flywheel/{moved} no longer runs SQL: drop it from SQL_NOT_YET_MOVED"

@@ -137,6 +137,37 @@ def test_evaluations_at_and_evaluation_values(tmp_path):
         db.evaluation_values("checkpoint_id")
 
 
+def test_evaluated_benchmarks(tmp_path):
+    db = Store(tmp_path / "s.duckdb")
+    assert db.evaluated_benchmarks() == []
+    _evaluate(db, "c", 0, "unseen", 0.3)
+    _evaluate(db, "b", 0, "seen", 0.2)
+    _evaluate(db, "b", 1, "seen", 0.4)
+    assert db.evaluated_benchmarks() == ["b", "c"]
+    assert Store(tmp_path / "s.duckdb", read_only=True).evaluated_benchmarks() == ["b", "c"]
+
+
+def test_eval_buckets_of_a_checkpoint(tmp_path):
+    from flywheel.curriculum.tables import write_eval_buckets
+
+    db = Store(tmp_path / "s.duckdb")
+    assert db.eval_buckets_of("b", 0) == []  # no evaluation yet: the table does not exist
+    assert Store(tmp_path / "s.duckdb", read_only=True).eval_buckets_of("b", 0) == []
+
+    def bucket(name, lo, hi, n, ok):
+        return {"bucket": name, "lo": lo, "hi": hi, "episodes": n, "successes": ok, "success_rate": ok / n,
+                "mean_gold_length": 1.0}
+
+    write_eval_buckets(db, "b", 0, "unseen", [bucket("hard", 10.0, None, 2, 0), bucket("easy", None, 5.0, 4, 3)], "ck0")
+    write_eval_buckets(db, "b", 0, "seen", [bucket("medium", 5.0, 10.0, 3, 1)], "ck0")
+    write_eval_buckets(db, "b", 1, "seen", [bucket("easy", None, 5.0, 1, 1)], "ck1")
+    write_eval_buckets(db, "c", 0, "seen", [bucket("easy", None, 5.0, 9, 9)], "c0")
+    rows = db.eval_buckets_of("b", 0)
+    assert [(r["split"], r["bucket"], r["lo"], r["hi"], r["episodes"], r["successes"]) for r in rows] == [
+        ("seen", "medium", 5.0, 10.0, 3, 1), ("unseen", "easy", None, 5.0, 4, 3), ("unseen", "hard", 10.0, None, 2, 0)]
+    assert [r["successes"] for r in db.eval_buckets_of("b", 1)] == [1] and db.eval_buckets_of("b", 2) == []
+
+
 def test_gated_growth_benchmarks_and_teacher_models(tmp_path):
     db = Store(tmp_path / "s.duckdb")
     assert db.gated_growth("b") == [] and db.trajectory_benchmarks() == [] and db.teacher_models() == []
