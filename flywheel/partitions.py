@@ -68,10 +68,22 @@ def partition_key(benchmark: str, iteration: int) -> dg.MultiPartitionKey:
     return dg.MultiPartitionKey({BENCHMARK: benchmark, ITERATION: str(iteration)})
 
 
+def parse_key(key: str) -> tuple[str, int]:
+    """(benchmark, iteration) of a flywheel partition key: a `MultiPartitionKey`, or its string
+    ("<benchmark>|2", as run tags and `tags_for_partition_key_fn` carry it) read by the partitions
+    definition, so the dimension order is Dagster's, not a guess. ValueError on anything else."""
+    try:
+        if not isinstance(key, dg.MultiPartitionKey):
+            key = flywheel_partitions.get_partition_key_from_str(key)
+        dims = key.keys_by_dimension
+        benchmark, iteration = dims[BENCHMARK], int(dims[ITERATION])
+    except Exception as exc:  # Dagster's own check error (not a public class), a k that is no integer
+        raise ValueError(f"{key!r} is not a flywheel partition key ({BENCHMARK}|{ITERATION})") from exc
+    if not benchmark or iteration < 0:
+        raise ValueError(f"{key!r} is not a flywheel partition key: it needs a benchmark and an iteration k >= 0")
+    return benchmark, iteration
+
+
 def keys_of(context: dg.AssetExecutionContext | dg.AssetCheckExecutionContext) -> tuple[str, int]:
     """(benchmark, iteration) of a flywheel partition, from an asset or an asset-check context."""
-    key = context.partition_key
-    if not isinstance(key, dg.MultiPartitionKey):
-        key = flywheel_partitions.get_partition_key_from_str(str(key))
-    dims = key.keys_by_dimension
-    return dims[BENCHMARK], int(dims[ITERATION])
+    return parse_key(context.partition_key)

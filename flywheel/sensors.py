@@ -27,7 +27,7 @@ import dagster as dg
 
 from flywheel.loop import Decision, IterationFacts, LoopPolicy, decide, gate_allows_next
 from flywheel.partitions import DEFAULT as DEFAULT_PARTITIONS
-from flywheel.partitions import DEFAULT_MAX_ITERATION, Partitions, partition_key
+from flywheel.partitions import DEFAULT_MAX_ITERATION, Partitions, parse_key, partition_key
 from flywheel.resources import LoopResource, StoreResource
 from flywheel.store import Store
 
@@ -236,7 +236,7 @@ def free_dead_slots(instance: dg.DagsterInstance, log) -> list[str]:
 def iteration_run_tags(key: str, *, max_iteration: int = DEFAULT_MAX_ITERATION) -> dict[str, str]:
     """Tags of every iteration_job run: the queue runs one iteration per benchmark at a time
     (`flywheel/benchmark` limit in dagster.yaml), lower k first (`dagster/priority` = -k)."""
-    benchmark, k = key.split("|")
-    if int(k) > max_iteration:
+    benchmark, k = parse_key(key)
+    if k > max_iteration:
         raise ValueError(f"iteration {k} is outside 0..{max_iteration}")
-    return {f"{TAG_PREFIX}benchmark": benchmark, f"{TAG_PREFIX}iteration": k, "dagster/priority": str(-int(k))}
+    return {f"{TAG_PREFIX}benchmark": benchmark, f"{TAG_PREFIX}iteration": str(k), "dagster/priority": str(-k)}

@@ -1,10 +1,14 @@
 """The Dagster definitions load, and the graph is what the README says."""
 
+import re
+
 import dagster as dg
+import pytest
 
 from envs import REGISTRY
 from flywheel.definitions import build_defs
-from flywheel.partitions import DEFAULT_MAX_ITERATION, flywheel_partitions
+from flywheel.partitions import DEFAULT_MAX_ITERATION, flywheel_partitions, parse_key, partition_key
+from flywheel.sensors import iteration_run_tags
 
 defs = build_defs()  # the defaults (no profile): every benchmark, iterations 0..3
 
@@ -45,6 +49,20 @@ def test_partitions_are_benchmark_by_iteration():
     dims = {d.name: d.partitions_def.get_partition_keys() for d in flywheel_partitions.partitions_defs}
     assert dims["iteration"] == [str(k) for k in range(DEFAULT_MAX_ITERATION + 1)]
     assert "scienceworld|0" in flywheel_partitions.get_partition_keys()
+
+
+def test_partition_keys_are_read_by_the_partitions_definition():
+    assert parse_key("webshop|2") == ("webshop", 2) and parse_key(partition_key("alfworld", 3)) == ("alfworld", 3)
+    assert parse_key("from-a-profile|7") == ("from-a-profile", 7)  # parsed, not checked against a range
+    for bad in ["webshop", "a|b|c", "webshop|x", "webshop|-1", "|1", ""]:
+        with pytest.raises(ValueError, match=re.escape(f"{bad!r} is not a flywheel partition key")):
+            parse_key(bad)
+    assert iteration_run_tags("webshop|2", max_iteration=3) == {
+        "flywheel/benchmark": "webshop", "flywheel/iteration": "2", "dagster/priority": "-2"}
+    with pytest.raises(ValueError, match="iteration 4 is outside 0..3"):
+        iteration_run_tags("webshop|4", max_iteration=3)
+    with pytest.raises(ValueError, match="'webshop' is not a flywheel partition key"):
+        iteration_run_tags("webshop", max_iteration=3)
 
 
 def test_gate_check_and_jobs_exist():
