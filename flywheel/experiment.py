@@ -279,16 +279,29 @@ def run_arm(
     return None
 
 
+# Fields that cannot change the k=0 SFT (which rollouts and evaluations play, how they sample, and how k > 0
+# trains): an arm may differ from its start_from arm in these and still share its k=0 checkpoint.
+NOT_IN_SFT0 = {
+    "envs": ("train_limit", "eval_limit", "eval_splits", "max_steps"),
+    "policy": ("samples_per_task", "temperature", "eval_temperature", "max_new_tokens", "parallel_envs",
+               "keep_server", "refine_from"),
+}
+
+
 def import_start_checkpoint(preset: Preset, arm: str, source: str, arm_dir: Path, store: Store) -> str:
     """`method.start_from: ARM`: record ARM's k=0 checkpoint as this arm's (the same weights, not copied) instead
     of training an identical SFT again. Refused unless ARM's training configuration (envs, policy, curriculum,
-    teacher) is this arm's and ARM has finished its sft:0; returns the imported checkpoint id."""
+    teacher, up to the fields in NOT_IN_SFT0) is this arm's and ARM has finished its sft:0; returns the
+    imported checkpoint id."""
     if source not in preset.arms or source == arm:
         raise ConfigurationError(f"arm {arm!r}: method.start_from {source!r} must name another arm of {preset.name}")
     mine, theirs = preset.arm_sections(arm), preset.arm_sections(source)
-    differ = [s for s in ("envs", "policy", "curriculum", "teacher") if mine.get(s, {}) != theirs.get(s, {})]
+    differ = [f"{s}.{f}" for s in ("envs", "policy", "curriculum", "teacher")
+              for f in sorted(set(mine.get(s, {})) | set(theirs.get(s, {})))
+              if mine.get(s, {}).get(f) != theirs.get(s, {}).get(f) and f not in NOT_IN_SFT0.get(s, ())]
     if differ:
-        raise ConfigurationError(f"arm {arm!r}: cannot start from arm {source!r}'s k=0 SFT: their {differ} differ")
+        raise ConfigurationError(f"arm {arm!r}: cannot start from arm {source!r}'s k=0 SFT: their {differ} differ "
+                                 f"(only {sorted(f'{s}.{f}' for s, fs in NOT_IN_SFT0.items() for f in fs)} may)")
     src_dir = arm_dir.parent / source
     done = json.loads((src_dir / "progress.json").read_text())["done"] if (src_dir / "progress.json").exists() else {}
     if "sft:0" not in done or not (src_dir / "flywheel.duckdb").exists():

