@@ -3,6 +3,11 @@
 The registry is a plain dict: benchmark name -> "module:attribute" of its
 `BenchmarkSpec`. Imports are lazy so an unused benchmark's heavy deps
 (Java, TextWorld) never load.
+
+The registry is configuration, never mutated at runtime: a benchmark that lives elsewhere
+(a package of your own, a test's) is named by reference where it is used, e.g. in a
+profile (`benchmarks: {mybench: "mypkg:SPEC"}`), and every lookup takes those extra
+references (`refs`) beside the registry's.
 """
 
 from __future__ import annotations
@@ -29,13 +34,35 @@ class UnknownBenchmarkError(KeyError):
         return str(self.args[0])
 
 
-def get_benchmark(name: str) -> BenchmarkSpec:
-    if name not in REGISTRY:
+def known_benchmarks(refs: dict[str, str] | None = None) -> dict[str, str]:
+    """Name -> reference of every benchmark a lookup with these extra `refs` finds (they win over the registry's)."""
+    return {**REGISTRY, **(refs or {})}
+
+
+def get_benchmark(name: str, refs: dict[str, str] | None = None) -> BenchmarkSpec:
+    """The spec `name` refers to: in `refs` (name -> "module:attribute"), else in the registry.
+
+    The spec must call itself `name` (its tasks and the store's rows carry `spec.name`, the
+    partitions the name it was looked up by) and have the protocol's methods.
+    """
+    known = known_benchmarks(refs)
+    if name not in known:
         raise UnknownBenchmarkError(
-            f"Unknown benchmark {name!r}. Known: {', '.join(sorted(REGISTRY))}. "
-            "Register a new one in envs/__init__.py."
+            f"Unknown benchmark {name!r}. Known: {', '.join(sorted(known))}. "
+            "Register a new one in envs/__init__.py, or name it by reference in a profile "
+            f"(benchmarks: {{{name}: \"package.module:SPEC\"}})."
         )
-    return load_ref(REGISTRY[name])
+    spec = load_ref(known[name])
+    if not isinstance(spec, BenchmarkSpec):
+        missing = [m for m in ("name", *_PROTOCOL_METHODS) if not hasattr(spec, m)]
+        raise TypeError(f"{known[name]} is not a BenchmarkSpec (envs/base.py): it lacks {', '.join(missing)}")
+    if spec.name != name:
+        raise ValueError(f"{known[name]} is the benchmark {spec.name!r}, not {name!r}: name it by its own name")
+    return spec
+
+
+_PROTOCOL_METHODS = ("load_tasks", "make_env", "system_prompt", "expert_actions", "normalize_action",
+                     "describe_action")
 
 
 def configure_spec(spec: BenchmarkSpec, options: dict[str, Any]) -> BenchmarkSpec:
@@ -87,11 +114,14 @@ def check_env_options(spec: BenchmarkSpec, options: dict[str, Any]) -> None:
 
 def load_ref(ref: str):
     """Import `"package.module:attribute"` lazily (registries name their entries this way)."""
-    module, attr = ref.split(":")
+    module, sep, attr = ref.partition(":") if isinstance(ref, str) else ("", "", "")
+    if not (module and sep and attr) or ":" in attr:
+        raise ValueError(f"{ref!r} is not a reference of the form 'package.module:attribute'")
     return getattr(importlib.import_module(module), attr)
 
 
 __all__ = [
     "DEFAULT_BENCHMARK", "REGISTRY", "SPLITS", "BenchmarkSpec", "Env", "EnvError", "StepResult", "Task",
-    "check_env_options", "configure_spec", "env_option_names", "get_benchmark", "load_ref", "UnknownBenchmarkError",
+    "check_env_options", "configure_spec", "env_option_names", "get_benchmark", "known_benchmarks", "load_ref",
+    "UnknownBenchmarkError",
 ]

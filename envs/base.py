@@ -98,6 +98,8 @@ class BenchmarkSpec(Protocol):
     - `demo_task_types` (default `None`: all tasks), `demo_spec_options` and
       `demo_env_options` (default `{}`): what `flywheel demo` uses for this benchmark unless
       its flags say otherwise (e.g. a small model's compact prompt).
+    - `needs_data_dir` (default `True`): runs check that the data folder exists before any work;
+      `False` for a benchmark whose tasks live in code (e.g. the tests' tiny benchmark).
 
     Spec options (`configure_spec`, `EnvResource.spec_options`) are the spec's dataclass init
     fields; env options (`EnvResource.env_options`) are the keyword arguments of the env

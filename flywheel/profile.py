@@ -6,7 +6,11 @@ profiles, each entry point took its settings from somewhere else (code defaults,
 variables read at import time, CLI flags), and the sensor's runs fell back to code defaults.
 
 A profile names:
-- `benchmarks`: the benchmark partitions (default: every benchmark in `envs.REGISTRY`);
+- `benchmarks`: the benchmark partitions (default: every benchmark in `envs.REGISTRY`): a list of
+  registered names, or a mapping name -> "package.module:SPEC" that also names benchmarks by
+  reference (`{mybench: "mypkg:SPEC", webshop: null}`, null = the registry's). The references
+  reach every lookup of a benchmark's spec (the `envs` resource's `benchmark_refs`); the registry stays
+  as it is;
 - `max_iteration`: the iteration partitions are 0..max_iteration (default 3);
 - `runs_dir`: the store and checkpoints (relative paths are relative to the repository);
 - `model`: the base model, `smollm2` (the prepared SmolLM2-135M folder), `tiny` (a tiny random
@@ -37,7 +41,7 @@ import dagster as dg
 import yaml
 
 from flywheel.settings import REPO_ROOT, SMOLLM2_DIR
-from flywheel.validation import ConfigurationError, check_budget
+from flywheel.validation import ConfigurationError
 
 PROFILE_ENV = "FLYWHEEL_PROFILE"
 SECTIONS = ("envs", "policy", "loop", "curriculum", "teacher", "method")
@@ -55,6 +59,8 @@ class Profile:
     """A parsed profile (see the module doc); `Profile()` is the built-in default."""
 
     benchmarks: tuple[str, ...] = field(default_factory=_all_benchmarks)
+    # The benchmarks named by reference (name -> "package.module:SPEC"), each one of `benchmarks`.
+    benchmark_refs: dict[str, str] = field(default_factory=dict)
     max_iteration: int = 3
     runs_dir: str = "runs"
     model: str = "smollm2"
@@ -64,13 +70,18 @@ class Profile:
     source: str = ""
 
     def __post_init__(self) -> None:
-        from flywheel.validation import check_benchmark
+        from flywheel.validation import check_benchmark, check_benchmark_refs
 
         where = self.source or "profile"
         if not self.benchmarks:
             raise ConfigurationError(f"{where}: benchmarks must name at least one benchmark")
+        stray = sorted(set(self.benchmark_refs) - set(self.benchmarks))
+        if stray:
+            raise ConfigurationError(f"{where}: benchmark reference(s) {stray} name no benchmark of benchmarks "
+                                     f"{list(self.benchmarks)}")
+        check_benchmark_refs(self.benchmark_refs, where=f"{where}: benchmarks")
         for b in self.benchmarks:
-            check_benchmark(b, where=f"{where}: benchmarks")
+            check_benchmark(b, where=f"{where}: benchmarks", refs=self.benchmark_refs)
         if not isinstance(self.max_iteration, int) or isinstance(self.max_iteration, bool) or self.max_iteration < 0:
             raise ConfigurationError(f"{where}: max_iteration must be an integer >= 0, got {self.max_iteration!r}")
         if self.policy_backend not in POLICY_BACKENDS:
@@ -98,14 +109,16 @@ class Profile:
         return build_resources(
             self.sections, policy_backend=self.policy_backend, where=self.source or "profile",
             store_path=str(self.runs_path / "flywheel.duckdb"), checkpoints_dir=str(self.runs_path / "checkpoints"),
-            model_path=self.model_path(), max_iteration=self.max_iteration,
+            model_path=self.model_path(), max_iteration=self.max_iteration, benchmark_refs=self.benchmark_refs,
+            benchmarks=self.benchmarks,
         )
 
     def with_overrides(self, **changes: Any) -> Profile:
         return dataclasses.replace(self, **changes)
 
 
-TOP_LEVEL = tuple(f.name for f in dataclasses.fields(Profile) if f.name not in ("sections", "source")) + SECTIONS
+TOP_LEVEL = tuple(f.name for f in dataclasses.fields(Profile)
+                  if f.name not in ("sections", "source", "benchmark_refs")) + SECTIONS  # refs: in `benchmarks`
 
 
 def section(name: str, value: Any) -> dict[str, Any]:
@@ -132,14 +145,29 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return raw
 
 
+def benchmarks_field(value: Any, source: str) -> tuple[tuple[str, ...], dict[str, str]]:
+    """(names, references) of `benchmarks`: a name, a list of names, or a mapping name -> reference or null."""
+    if isinstance(value, str):
+        return (value,), {}
+    if isinstance(value, dict):
+        bad = {k: v for k, v in value.items() if not isinstance(k, str) or not (v is None or isinstance(v, str))}
+        if bad:
+            raise ConfigurationError(f"{source}: benchmarks maps each name to 'package.module:SPEC' or null "
+                                     f"(the registry's), got {bad}")
+        return tuple(value), {k: v for k, v in value.items() if v is not None}
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value), {}
+    raise ConfigurationError(f"{source}: benchmarks must be a list of names or a mapping name -> "
+                             f"'package.module:SPEC', got {value!r}")
+
+
 def profile_from_mapping(raw: dict[str, Any], *, source: str = "profile") -> Profile:
     unknown = sorted(set(raw) - set(TOP_LEVEL))
     if unknown:
         raise ConfigurationError(f"{source}: unknown field(s) {unknown}; valid: {sorted(TOP_LEVEL)}")
     top = {k: v for k, v in raw.items() if k not in SECTIONS}
     if "benchmarks" in top:
-        b = top["benchmarks"]
-        top["benchmarks"] = tuple([b] if isinstance(b, str) else b)
+        top["benchmarks"], top["benchmark_refs"] = benchmarks_field(top["benchmarks"], source)
     try:
         sections = {s: section(s, raw[s]) for s in SECTIONS if raw.get(s) is not None}
     except ConfigurationError as exc:
@@ -186,9 +214,13 @@ def build_one(cls: type[dg.ConfigurableResource], name: str, fields_: dict[str, 
 def build_resources(
     sections: dict[str, dict[str, Any]], *, policy_backend: str, where: str, store_path: str, checkpoints_dir: str,
     model_path: str, max_iteration: int, store_fields: dict[str, Any] | None = None,
-    loop_defaults: dict[str, Any] | None = None,
+    loop_defaults: dict[str, Any] | None = None, benchmark_refs: dict[str, str] | None = None,
+    benchmarks: tuple[str, ...] | None = None,
 ) -> dict[str, dg.ConfigurableResource]:
-    """The resources dict handed to `build_defs`, built section by section from plain fields."""
+    """The resources dict handed to `build_defs`, built section by section from plain fields.
+
+    `benchmark_refs` (the benchmarks named by reference) reach `envs`, which every spec lookup goes
+    through; `benchmarks` (the partitions, when known) bound the loop's."""
     from flywheel.resources import OpenAITeacherResource, ScriptedTeacherResource, StoreResource
 
     out: dict[str, dg.ConfigurableResource] = {"store": StoreResource(path=store_path, **(store_fields or {}))}
@@ -197,13 +229,15 @@ def build_resources(
         if name == "policy":
             fields_.setdefault("base_model_path", model_path)
             fields_.setdefault("checkpoints_dir", checkpoints_dir)
+        if name == "envs" and benchmark_refs:
+            fields_.setdefault("benchmark_refs", dict(benchmark_refs))
         if name == "loop":
             for k, v in (loop_defaults or {}).items():
                 fields_.setdefault(k, v)
             fields_.setdefault("max_iterations", max_iteration)
         out[name] = build_one(cls, name, fields_, where)
     try:
-        check_budget(out["loop"].max_iterations, max_partition=max_iteration)  # type: ignore[attr-defined]
+        out["loop"].validate(max_iteration, benchmarks)  # type: ignore[attr-defined]
     except ConfigurationError as exc:
         raise ConfigurationError(f"{where}: {exc}") from None
     teacher = dict(sections.get("teacher", {}))  # with a base_url: an OpenAI-compatible endpoint, else scripted

@@ -79,11 +79,13 @@ class EnvFactory:
     benchmark: str
     spec_options: dict[str, Any] = field(default_factory=dict, hash=False)
     env_options: dict[str, Any] = field(default_factory=dict, hash=False)
+    refs: dict[str, str] = field(default_factory=dict, hash=False)  # the benchmark's reference, if not registered
 
     def __call__(self) -> Env:
         from envs import configure_spec, get_benchmark
 
-        return configure_spec(get_benchmark(self.benchmark), self.spec_options).make_env(**self.env_options)
+        spec = get_benchmark(self.benchmark, self.refs)
+        return configure_spec(spec, self.spec_options).make_env(**self.env_options)
 
 
 def _ray():

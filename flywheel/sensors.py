@@ -175,7 +175,8 @@ def _benchmark_tick(instance: dg.DagsterInstance, db: Store, policy: LoopPolicy,
 def evaluate_loop(instance: dg.DagsterInstance, db: Store, loop: LoopResource, *, trigger: str,
                   partitions: Partitions = DEFAULT_PARTITIONS) -> LoopTick:
     """One tick of the loop over the configured benchmarks (default: every benchmark partition)."""
-    policy = loop.policy(max_partition=partitions.max_iteration)  # a bad config fails the tick loudly
+    # a bad config (K beyond the partitions, a loop benchmark that is no partition) fails the tick loudly
+    policy = loop.policy(max_partition=partitions.max_iteration, partitions=partitions.benchmarks)
     tick = LoopTick()
     for benchmark in loop.benchmarks or sorted(partitions.benchmarks):
         _benchmark_tick(instance, db, policy, benchmark, trigger, tick, continue_on_empty_gate=loop.continue_on_empty_gate)

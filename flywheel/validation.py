@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from envs import REGISTRY, get_benchmark
+from envs import get_benchmark, known_benchmarks
 from envs.data import ENV_VAR as DATA_ENV_VAR
 from envs.data import MissingDataError, data_dir
 
@@ -20,17 +20,32 @@ class ConfigurationError(ValueError):
     """A configuration that cannot work; the message says how to fix it."""
 
 
-def check_benchmark(name: str, *, where: str = "benchmark") -> str:
-    if name not in REGISTRY:
+def check_benchmark(name: str, *, where: str = "benchmark", refs: dict[str, str] | None = None) -> str:
+    """`name` if the registry or the extra references `refs` (name -> "module:attribute") know it."""
+    known = known_benchmarks(refs)
+    if name not in known:
         raise ConfigurationError(
-            f"Unknown benchmark {name!r} in {where}. Known: {', '.join(sorted(REGISTRY))}. "
-            "Fix the name, or register a new benchmark in envs/__init__.py."
+            f"Unknown benchmark {name!r} in {where}. Known: {', '.join(sorted(known))}. "
+            "Fix the name, or register a new benchmark in envs/__init__.py, or name it by reference in the "
+            f"profile (benchmarks: {{{name}: \"package.module:SPEC\"}})."
         )
     return name
 
 
-def check_benchmarks(names: Iterable[str], *, where: str) -> list[str]:
-    return [check_benchmark(n, where=where) for n in names]
+def check_benchmarks(names: Iterable[str], *, where: str, refs: dict[str, str] | None = None) -> list[str]:
+    return [check_benchmark(n, where=where, refs=refs) for n in names]
+
+
+def check_benchmark_refs(refs: dict[str, str], *, where: str) -> None:
+    """Every reference loads a spec of that name, before any work (an import error names the reference)."""
+    for name, ref in refs.items():
+        if not isinstance(name, str) or not isinstance(ref, str):
+            raise ConfigurationError(f"{where}: a benchmark reference maps a name to 'package.module:SPEC', "
+                                     f"got {name!r}: {ref!r}")
+        try:
+            get_benchmark(name, refs)
+        except (ImportError, AttributeError, TypeError, ValueError) as exc:
+            raise ConfigurationError(f"{where}: benchmark {name!r} = {ref!r} does not load: {exc}") from None
 
 
 def check_budget(k: int, *, max_partition: int | None = None) -> int:
@@ -58,15 +73,18 @@ def check_model_path(path: str | Path, *, what: str = "policy.base_model_path") 
     return p
 
 
-def check_data(benchmark: str, splits: Iterable[str] = ("train", "seen", "unseen")) -> None:
-    """The benchmark's offline data is where the loaders look (cheap: reads the split files only)."""
+def check_data(benchmark: str, splits: Iterable[str] = ("train", "seen", "unseen"), *,
+               refs: dict[str, str] | None = None) -> None:
+    """The benchmark's offline data is where the loaders look (cheap: reads the split files only).
+
+    A spec whose tasks live in code says so (`needs_data_dir = False`): no data folder is required."""
+    spec = get_benchmark(check_benchmark(benchmark, refs=refs), refs)
     root = data_dir()
-    if not root.is_dir():
+    if getattr(spec, "needs_data_dir", True) and not root.is_dir():
         raise ConfigurationError(
             f"Data folder {root} does not exist ({benchmark} needs its offline data): put the project's "
             f"shared data there or set {DATA_ENV_VAR} to the folder that holds it."
         )
-    spec = get_benchmark(check_benchmark(benchmark))
     for split in splits:
         try:
             spec.load_tasks(split, limit=1)

@@ -6,15 +6,24 @@ from envs import check_env_options, configure_spec, get_benchmark
 from envs.base import BenchmarkSpec, Env, Task
 from flywheel.failures import setup_fails_once
 from flywheel.rollout_ray import EnvFactory
-from flywheel.validation import check_benchmark, check_benchmarks, check_data, check_options
+from flywheel.validation import (
+    check_benchmark,
+    check_benchmark_refs,
+    check_benchmarks,
+    check_data,
+    check_options,
+)
 
 
 class EnvResource(dg.ConfigurableResource):
     """Which tasks each benchmark uses, and how its envs are built.
 
     `task_types` / limits pick a subset per benchmark (empty = all); the full
-    ETO splits are the default.
+    ETO splits are the default. `benchmark_refs` (name -> "module:attribute") are the benchmarks
+    the profile names by reference beside `envs.REGISTRY`'s (the profile fills it).
     """
+
+    benchmark_refs: dict[str, str] = {}
 
     task_types: dict[str, list[str]] = {}
     train_limit: int | None = None
@@ -32,19 +41,22 @@ class EnvResource(dg.ConfigurableResource):
         """Fail the run at its first step, naming the fix, on unknown benchmarks or missing data."""
         check_options({"train_limit": self.train_limit, "eval_limit": self.eval_limit, "max_steps": self.max_steps},
                       where="envs.")
-        check_benchmarks(self.task_types, where="envs.task_types")
-        check_benchmarks(self.env_options, where="envs.env_options")
-        check_benchmarks(self.spec_options, where="envs.spec_options")
+        check_benchmark_refs(self.benchmark_refs, where="envs.benchmark_refs")
+        refs = self.benchmark_refs
+        check_benchmarks(self.task_types, where="envs.task_types", refs=refs)
+        check_benchmarks(self.env_options, where="envs.env_options", refs=refs)
+        check_benchmarks(self.spec_options, where="envs.spec_options", refs=refs)
         for name in self.spec_options:
             self.spec(name)  # unknown or invalid options fail here, naming the valid ones
         for name, options in self.env_options.items():
             check_env_options(self.spec(name), options)  # an option the env does not take, likewise
         benchmark = run_benchmark(context)
         if benchmark is not None:
-            check_data(check_benchmark(benchmark, where="the run's partition"))
+            check_data(check_benchmark(benchmark, where="the run's partition", refs=refs), refs=refs)
 
     def spec(self, benchmark: str) -> BenchmarkSpec:
-        return configure_spec(get_benchmark(check_benchmark(benchmark)), self.spec_options.get(benchmark, {}))
+        spec = get_benchmark(check_benchmark(benchmark, refs=self.benchmark_refs), self.benchmark_refs)
+        return configure_spec(spec, self.spec_options.get(benchmark, {}))
 
     def tasks(self, benchmark: str, split: str) -> list[Task]:
         limit = self.train_limit if split == "train" else self.eval_limit
@@ -65,8 +77,9 @@ class EnvResource(dg.ConfigurableResource):
 
     def env_factory(self, benchmark: str) -> EnvFactory:
         """`make_env` for one benchmark as a plain picklable callable (what Ray env actors receive)."""
-        return EnvFactory(check_benchmark(benchmark), dict(self.spec_options.get(benchmark, {})),
-                          dict(self.env_options.get(benchmark, {})))
+        ref = {benchmark: self.benchmark_refs[benchmark]} if benchmark in self.benchmark_refs else {}
+        return EnvFactory(check_benchmark(benchmark, refs=self.benchmark_refs), dict(self.spec_options.get(benchmark, {})),
+                          dict(self.env_options.get(benchmark, {})), ref)
 
 
 def run_benchmark(context: dg.InitResourceContext) -> str | None:

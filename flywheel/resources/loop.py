@@ -1,9 +1,11 @@
+from collections.abc import Iterable
+
 import dagster as dg
 
 from flywheel.failures import setup_fails_once
 from flywheel.loop import LoopPolicy
 from flywheel.partitions import DEFAULT_MAX_ITERATION
-from flywheel.validation import ConfigurationError, check_benchmarks, check_budget
+from flywheel.validation import ConfigurationError, check_budget
 
 
 class LoopResource(dg.ConfigurableResource):
@@ -34,9 +36,17 @@ class LoopResource(dg.ConfigurableResource):
     # True trains k+1 anyway (on the same data): for experiments that want all K iterations.
     continue_on_empty_gate: bool = False
 
-    def validate(self, max_partition: int | None = None) -> None:
+    def validate(self, max_partition: int | None = None, partitions: Iterable[str] | None = None) -> None:
+        """`max_partition` / `partitions` (the highest iteration, the benchmark partitions) check K and
+        `benchmarks` when known: the loop can only drive benchmarks that are partitions."""
         check_budget(self.max_iterations, max_partition=max_partition)
-        check_benchmarks(self.benchmarks, where="loop.benchmarks")
+        if partitions is not None:
+            known = sorted(partitions)
+            for name in self.benchmarks:
+                if name not in known:
+                    raise ConfigurationError(
+                        f"Unknown benchmark {name!r} in loop.benchmarks: the benchmark partitions are "
+                        f"{', '.join(known)}. Fix the name, or add the benchmark to the profile's benchmarks.")
         if self.patience < 1:
             raise ConfigurationError(f"loop.patience must be >= 1, got {self.patience}")
         if self.min_samples_per_task < 0:
@@ -49,9 +59,9 @@ class LoopResource(dg.ConfigurableResource):
         if not 0 < self.history_decay <= 1:
             raise ConfigurationError(f"loop.history_decay must be in (0, 1], got {self.history_decay}")
 
-    def policy(self, max_partition: int | None = None) -> LoopPolicy:
+    def policy(self, max_partition: int | None = None, partitions: Iterable[str] | None = None) -> LoopPolicy:
         """The stop rules; `max_partition` (the highest iteration partition) bounds K when known."""
-        self.validate(max_partition)
+        self.validate(max_partition, partitions)
         return LoopPolicy(max_iteration=self.max_iterations, patience=self.patience,
                           min_new_successes=self.min_new_successes, min_improvement=self.min_improvement)
 
