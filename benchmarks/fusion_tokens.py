@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     # Mean per step over whole trajectories (the paper's "tokens per step").
     all_fused = [prompt_tokens(tok, instr, tr, t, False) for tr in trajs for t in range(len(tr.steps))]
     all_full = [prompt_tokens(tok, instr, tr, t, True) for tr in trajs for t in range(len(tr.steps))]
-    thought_tokens = [len(tok(s.elaborate)["input_ids"]) for tr in trajs for s in tr.steps]
+    thought_tokens = [len(tok(s.thought)["input_ids"]) for tr in trajs for s in tr.steps]
     plan_tokens = [len(tok(s.plan)["input_ids"]) for tr in trajs for s in tr.steps]
     mean = {"fused": sum(all_fused) / len(all_fused), "full": sum(all_full) / len(all_full)}
     rows.append(["mean/step", len(trajs), f"{mean['fused']:.0f}", f"{mean['full']:.0f}", f"{mean['full'] / mean['fused']:.2f}x"])

@@ -22,7 +22,7 @@ def rollouts(n_steps: int, steps_per_traj: int = 20) -> list[Trajectory]:
     obs = "This room is called the kitchen. In it, you see: a counter, a sink, a fridge. " * 4
     trajs = []
     for i in range(n_steps // steps_per_traj):
-        steps = [Step(observation=obs, elaborate="A long thought about the kitchen. " * 6, plan="Open the fridge.",
+        steps = [Step(observation=obs, thought="A long thought about the kitchen. " * 6, plan="Open the fridge.",
                       action=f"open fridge {t}", next_observation=obs, prompt_tokens=700, completion_tokens=90)
                  for t in range(steps_per_traj)]
         trajs.append(Trajectory(benchmark="bench", split="train", task_id=f"task-{i}", source="policy",

@@ -37,7 +37,7 @@ def _traj_row(t: Trajectory) -> dict[str, Any]:
 
 def _quaternion_rows(trajs: Sequence[Trajectory]) -> list[dict[str, Any]]:
     return [{"traj_id": t.traj_id, "task_id": t.task_id, "source": t.source, "t": i, "goal": t.goal,
-             "observation": s.observation, "thought": s.elaborate, "plan": s.plan, "action": s.action}
+             "observation": s.observation, "thought": s.thought, "plan": s.plan, "action": s.action}
             for t in trajs for i, s in enumerate(t.steps)]
 
 
@@ -108,7 +108,7 @@ def export_store(db: Store, out: str | Path, *, benchmarks: Sequence[str] | None
         written.append({"benchmark": b, **_write(base, "trajectories", [_traj_row(t) for t in trajs], {
             **common, "iteration": "all", "split": splits,
             "what": "Every trajectory in the store (expert, teacher, synthetic, policy rollouts, evaluation "
-                    "episodes), steps nested: observation, elaborate (thought e_t), plan p_t, action a_t."}, hf=hf)})
+                    "episodes), steps nested: observation, thought (thought e_t), plan p_t, action a_t."}, hf=hf)})
         seeds = [t for t in trajs if t.source in ("teacher", "synthetic")]
         written.append({"benchmark": b, **_write(base, "quaternions", _quaternion_rows(seeds), {
             **common, "iteration": "stage 1-2 (before k=0)", "split": "train",

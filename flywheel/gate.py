@@ -57,6 +57,6 @@ def dataset_problems(trajs: Sequence[Trajectory]) -> list[str]:
                 problems.append(f"{tr.traj_id} step {t}: empty action")
             if not s.plan.strip():
                 problems.append(f"{tr.traj_id} step {t}: empty plan")
-            if not s.elaborate.strip():
+            if not s.thought.strip():
                 problems.append(f"{tr.traj_id} step {t}: empty thought")
     return problems

@@ -24,7 +24,9 @@ Action = Literal["continue", "stop"]
 
 
 @dataclass(frozen=True)
-class LoopPolicy:
+class StopRules:
+    """When the loop stops: at K, or when the gated set or seen success stop growing (not the LLM policy)."""
+
     max_iteration: int  # K: iterations 0..K
     patience: int = 2
     min_new_successes: int = 1
@@ -63,7 +65,7 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
-def decide(history: Sequence[IterationFacts], policy: LoopPolicy) -> Decision:
+def decide(history: Sequence[IterationFacts], rules: StopRules) -> Decision:
     """Decide after the last iteration in `history` (iterations 0..k, in order)."""
     if not history:
         raise ValueError("decide() needs at least one finished iteration")
@@ -74,23 +76,23 @@ def decide(history: Sequence[IterationFacts], policy: LoopPolicy) -> Decision:
         return Decision("stop", f"gate_check_failed: gated_dataset_is_usable failed for iteration {k} "
                                 f"({cur.new_unique_successes} new unique successes); nothing new to train on. "
                                 "Re-run rollouts and the gate (more samples, a better checkpoint) to resume.")
-    if k >= policy.max_iteration:
-        return Decision("stop", f"budget: reached the iteration budget K={policy.max_iteration} "
+    if k >= rules.max_iteration:
+        return Decision("stop", f"budget: reached the iteration budget K={rules.max_iteration} "
                                 f"(iteration {k}: +{cur.new_unique_successes} new, seen success {_fmt(cur.seen_success)})")
-    window = hist[-policy.patience:]
-    if len(window) == policy.patience and all(h.new_unique_successes < policy.min_new_successes for h in window):
+    window = hist[-rules.patience:]
+    if len(window) == rules.patience and all(h.new_unique_successes < rules.min_new_successes for h in window):
         counts = [h.new_unique_successes for h in window]
         return Decision("stop", f"dataset_stalled: the gated dataset stopped growing: new unique successes {counts} "
-                                f"in the last {policy.patience} iteration(s), each below {policy.min_new_successes}")
-    before = [h.seen_success for h in hist[: -policy.patience] if h.seen_success is not None]
+                                f"in the last {rules.patience} iteration(s), each below {rules.min_new_successes}")
+    before = [h.seen_success for h in hist[: -rules.patience] if h.seen_success is not None]
     recent = [h.seen_success for h in window if h.seen_success is not None]
-    if before and recent and max(recent) <= max(before) + policy.min_improvement:
+    if before and recent and max(recent) <= max(before) + rules.min_improvement:
         return Decision("stop", f"seen_stalled: seen-split success stopped improving: best {max(recent):.3f} in the "
-                                f"last {policy.patience} iteration(s) vs {max(before):.3f} before "
-                                f"(needs > +{policy.min_improvement:g})")
+                                f"last {rules.patience} iteration(s) vs {max(before):.3f} before "
+                                f"(needs > +{rules.min_improvement:g})")
     return Decision("continue", f"continue: iteration {k} added {cur.new_unique_successes} new unique successes "
                                 f"(gated total {cur.gated_total}), seen success {_fmt(cur.seen_success)}; "
-                                f"starting iteration {k + 1} of K={policy.max_iteration}", next_iteration=k + 1)
+                                f"starting iteration {k + 1} of K={rules.max_iteration}", next_iteration=k + 1)
 
 
 def gate_allows_next(check_passed: bool | None, *, gated_new: int, continue_on_empty_gate: bool = False) -> bool:

@@ -285,7 +285,7 @@ def _play(
                 ep.last = res
                 ep.steps.append(
                     Step(
-                        observation=obs_before, elaborate=resp.thought, plan=resp.plan,
+                        observation=obs_before, thought=resp.thought, plan=resp.plan,
                         action=action if resp.well_formed else resp.action, next_observation=res.observation,
                         reward=res.reward, done=res.done, invalid=bool(res.info.get("invalid", False)),
                         prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,

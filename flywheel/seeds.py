@@ -20,7 +20,7 @@ def replay(env: Env, task: Task, actions: list[str], *, source: str = "expert") 
     last = None
     for action in actions:
         last = env.step(action)
-        traj.steps.append(Step(observation=obs, elaborate="", plan="", action=action,
+        traj.steps.append(Step(observation=obs, thought="", plan="", action=action,
                                next_observation=last.observation, reward=last.reward, done=last.done,
                                invalid=bool(last.info.get("invalid", False))))
         obs = last.observation

@@ -25,7 +25,7 @@ from typing import Any
 
 import dagster as dg
 
-from flywheel.loop import Decision, IterationFacts, LoopPolicy, decide, gate_allows_next
+from flywheel.loop import Decision, IterationFacts, StopRules, decide, gate_allows_next
 from flywheel.partitions import DEFAULT as DEFAULT_PARTITIONS
 from flywheel.partitions import DEFAULT_MAX_ITERATION, Partitions, parse_key, partition_key
 from flywheel.resources import LoopResource, StoreResource
@@ -107,7 +107,7 @@ def _facts(db: Store, benchmark: str, k: int, rows: dict[int, dict[str, Any]], c
     )
 
 
-def _benchmark_tick(instance: dg.DagsterInstance, db: Store, policy: LoopPolicy, benchmark: str, trigger: str,
+def _benchmark_tick(instance: dg.DagsterInstance, db: Store, rules: StopRules, benchmark: str, trigger: str,
                     tick: LoopTick, *, continue_on_empty_gate: bool = False) -> None:
     def state(name: str, k: int | None, reason: str) -> None:
         tick.status[benchmark] = {"state": name, "iteration": k, "reason": reason}
@@ -127,7 +127,7 @@ def _benchmark_tick(instance: dg.DagsterInstance, db: Store, policy: LoopPolicy,
         partition = str(partition_key(benchmark, k))
         row = rows.get(k) or {}
         decided = row.get("decision")
-        if decided == "stop" and str(row.get("reason", "")).startswith("budget") and k < policy.max_iteration:
+        if decided == "stop" and str(row.get("reason", "")).startswith("budget") and k < rules.max_iteration:
             db.clear_decision(benchmark, k)  # K was raised since: decide again
             decided = None
         if decided == "continue":
@@ -154,7 +154,7 @@ def _benchmark_tick(instance: dg.DagsterInstance, db: Store, policy: LoopPolicy,
         gate_ok = gate_allows_next(passed, gated_new=int(gate.get("passed") or 0) if gate else 0,
                                    continue_on_empty_gate=continue_on_empty_gate)
         history.append(_facts(db, benchmark, k, rows, gate_ok))
-        decision = decide(history, policy)
+        decision = decide(history, rules)
         cur = history[-1]
         ckpt = db.latest_checkpoint(benchmark, k) or {}
         run_key = f"flywheel:{benchmark}:{k + 1}:gate@{gate['created_at'].isoformat()}" if gate else None
@@ -176,10 +176,10 @@ def evaluate_loop(instance: dg.DagsterInstance, db: Store, loop: LoopResource, *
                   partitions: Partitions = DEFAULT_PARTITIONS) -> LoopTick:
     """One tick of the loop over the configured benchmarks (default: every benchmark partition)."""
     # a bad config (K beyond the partitions, a loop benchmark that is no partition) fails the tick loudly
-    policy = loop.policy(max_partition=partitions.max_iteration, partitions=partitions.benchmarks)
+    rules = loop.stop_rules(max_partition=partitions.max_iteration, partitions=partitions.benchmarks)
     tick = LoopTick()
     for benchmark in loop.benchmarks or sorted(partitions.benchmarks):
-        _benchmark_tick(instance, db, policy, benchmark, trigger, tick, continue_on_empty_gate=loop.continue_on_empty_gate)
+        _benchmark_tick(instance, db, rules, benchmark, trigger, tick, continue_on_empty_gate=loop.continue_on_empty_gate)
     return tick
 
 

@@ -35,7 +35,7 @@ CREATE TABLE IF NOT EXISTS trajectories (
     prompt_tokens BIGINT, completion_tokens BIGINT, model_id VARCHAR, created_at TIMESTAMP,
     method VARCHAR DEFAULT 'bpo');
 CREATE TABLE IF NOT EXISTS steps (
-    traj_id VARCHAR, t INTEGER, observation VARCHAR, elaborate VARCHAR, plan VARCHAR,
+    traj_id VARCHAR, t INTEGER, observation VARCHAR, thought VARCHAR, plan VARCHAR,
     action VARCHAR, next_observation VARCHAR, reward DOUBLE, done BOOLEAN, invalid BOOLEAN,
     prompt_tokens INTEGER, completion_tokens INTEGER, PRIMARY KEY (traj_id, t));
 CREATE TABLE IF NOT EXISTS gated (
@@ -115,8 +115,10 @@ TRAJ_COLUMNS = [
 # Columns added after the first release, with their DDL: a file without them gets them (default
 # value for old rows) when a Store opens it; a file of another schema is still refused.
 MIGRATIONS = {"trajectories": [("method", "VARCHAR DEFAULT 'bpo'")], "checkpoints": [("method", "VARCHAR DEFAULT 'bpo'")]}
+# Columns renamed since a store was written: table -> [(old name, new name)] (e_t is `thought` everywhere).
+RENAMES = {"steps": [("elaborate", "thought")]}
 STEP_COLUMNS = [
-    "traj_id", "t", "observation", "elaborate", "plan", "action", "next_observation", "reward",
+    "traj_id", "t", "observation", "thought", "plan", "action", "next_observation", "reward",
     "done", "invalid", "prompt_tokens", "completion_tokens",
 ]
 
@@ -184,8 +186,16 @@ def _expected_columns() -> dict[str, list[str]]:
 
 
 def _migrate(con: duckdb.DuckDBPyConnection) -> None:
-    """Add MIGRATIONS' columns to a table that has exactly the columns before them (nothing else is touched)."""
+    """Rename RENAMES' columns, then add MIGRATIONS' columns to a table that has exactly the columns before
+    them (nothing else is touched)."""
     expected = _expected_columns()
+    for table, renames in RENAMES.items():
+        have = {r[0] for r in con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' AND table_name = ?",
+            [table]).fetchall()}
+        for old, new in renames:
+            if old in have and new not in have:
+                con.execute(f"ALTER TABLE {table} RENAME COLUMN {old} TO {new}")
     for table, added in MIGRATIONS.items():
         have = [r[0] for r in con.execute(
             "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' AND table_name = ? "
@@ -342,7 +352,7 @@ class Store:
             )
             for t, s in enumerate(tr.steps):
                 step_rows.append(
-                    (tid, t, _text(s.observation), _text(s.elaborate), _text(s.plan), _text(s.action),
+                    (tid, t, _text(s.observation), _text(s.thought), _text(s.plan), _text(s.action),
                      _text(s.next_observation),
                      float(s.reward), s.done, s.invalid, s.prompt_tokens, s.completion_tokens)
                 )
@@ -354,7 +364,7 @@ class Store:
             "model_id": pl.Utf8, "created_at": pl.Datetime("us"), "method": pl.Utf8,
         }
         step_schema = {
-            "traj_id": pl.Utf8, "t": pl.Int32, "observation": pl.Utf8, "elaborate": pl.Utf8,
+            "traj_id": pl.Utf8, "t": pl.Int32, "observation": pl.Utf8, "thought": pl.Utf8,
             "plan": pl.Utf8, "action": pl.Utf8, "next_observation": pl.Utf8, "reward": pl.Float64,
             "done": pl.Boolean, "invalid": pl.Boolean, "prompt_tokens": pl.Int32,
             "completion_tokens": pl.Int32,
@@ -418,7 +428,7 @@ class Store:
         for row in steps.iter_rows(named=True):
             by_id.setdefault(row["traj_id"], []).append(
                 Step(
-                    observation=row["observation"], elaborate=row["elaborate"], plan=row["plan"],
+                    observation=row["observation"], thought=row["thought"], plan=row["plan"],
                     action=row["action"], next_observation=row["next_observation"],
                     reward=row["reward"], done=row["done"], invalid=row["invalid"],
                     prompt_tokens=row["prompt_tokens"], completion_tokens=row["completion_tokens"],

@@ -14,7 +14,7 @@ class Step:
     """One planning quaternion (o_t, e_t, p_t, a_t) plus what the env answered."""
 
     observation: str  # o_t: what the agent saw before acting
-    elaborate: str  # e_t: long chain of thought
+    thought: str  # e_t: long chain of thought
     plan: str  # p_t: short distilled plan, the only thought kept in later history
     action: str  # a_t
     next_observation: str = ""

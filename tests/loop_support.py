@@ -47,7 +47,7 @@ class OracleGenerator:
                 text = format_response("I should look first.", "Look around.", "look around")
             else:
                 s = traj.steps[i]
-                text = format_response(s.elaborate, s.plan, s.action)
+                text = format_response(s.thought, s.plan, s.action)
             out.append(Generation(text, prompt_tokens=len(user) // 4, completion_tokens=len(text) // 4))
         return out
 

@@ -13,7 +13,7 @@ INSTRUCTIONS = "You are shopping. Find the product and buy it."
 
 
 def _traj(task: str, actions: list[str], *, reward: float, sample: int = 0, source: str = "policy") -> Trajectory:
-    steps = [Step(observation=f"obs {i}", elaborate=f"I should {a} now because it fits the goal", plan=f"do {a}",
+    steps = [Step(observation=f"obs {i}", thought=f"I should {a} now because it fits the goal", plan=f"do {a}",
                   action=a, next_observation=f"you did {a}; page {i + 1}") for i, a in enumerate(actions)]
     steps[0].observation = "WebShop [SEP] Instruction: buy red shoes under 50 dollars [SEP] Search"
     return Trajectory(benchmark="webshop", split="train", task_id=task, source=source, sample=sample, steps=steps,

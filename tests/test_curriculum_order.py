@@ -17,7 +17,7 @@ from tests.openai_stub import StubServer
 def traj(benchmark, actions, *, task="t", rewards=None, first_obs="", source="teacher"):
     steps = []
     for i, a in enumerate(actions):
-        steps.append(Step(observation=first_obs if i == 0 else f"o{i}", elaborate="e", plan="p", action=a,
+        steps.append(Step(observation=first_obs if i == 0 else f"o{i}", thought="e", plan="p", action=a,
                           next_observation=f"o{i + 1}", reward=(rewards or [0.0] * len(actions))[i]))
     return Trajectory(benchmark=benchmark, split="train", task_id=task, source=source, steps=steps, success=True)
 

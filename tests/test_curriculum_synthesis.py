@@ -54,7 +54,7 @@ def test_webshop_synthesized_goals_round_trip(tmp_path):
     for traj, task in zip(result.trajectories, result.tasks, strict=True):
         assert traj.source == "synthetic" and traj.success and traj.reward == 1.0
         assert task.meta["synthetic_goal"]["instruction_text"] in traj.steps[0].observation  # the env shows the new goal
-        assert traj.steps[-1].action == "click[Buy Now]" and all(s.elaborate and s.plan for s in traj.steps)
+        assert traj.steps[-1].action == "click[Buy Now]" and all(s.thought and s.plan for s in traj.steps)
         seed_goals = {(t.meta["asin"], str(t.meta["goal_options"]), str(t.meta["attributes"])) for t in tasks}
         assert (task.meta["asin"], str(task.meta["goal_options"]), str(task.meta["attributes"])) not in seed_goals
     db = Store(tmp_path / "s.duckdb")

@@ -22,7 +22,7 @@ def tiny(tmp_path_factory):
 
 
 def marked(i: int, n_steps: int = 1, source="teacher", iteration=0) -> Trajectory:
-    steps = [Step(observation=f"task zq{i}q", elaborate="think", plan="plan", action=f"act {t}",
+    steps = [Step(observation=f"task zq{i}q", thought="think", plan="plan", action=f"act {t}",
                   next_observation="ok") for t in range(n_steps)]
     return Trajectory(benchmark=BENCH, split="train", task_id=f"task{i}", source=source, iteration=iteration,
                       goal=f"zq{i}q", steps=steps, success=True, reward=1.0)

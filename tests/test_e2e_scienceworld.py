@@ -70,7 +70,7 @@ def test_whole_chain_tiny_model(tmp_path, tiny):
     assert by_source.get("synthetic", 0) >= 1  # stage 2 synthesized and solved at least one task
     assert by_source["policy"] == 2 + 2 * 2  # train rollouts + seen/unseen for k=0 and k=1
     quats = db.query("SELECT s.* FROM steps s JOIN trajectories t USING (traj_id) WHERE t.source = 'teacher'")
-    assert quats.height >= 6 and all(quats["elaborate"].str.len_chars() > quats["plan"].str.len_chars())
+    assert quats.height >= 6 and all(quats["thought"].str.len_chars() > quats["plan"].str.len_chars())
     pol = db.query("SELECT * FROM trajectories WHERE source = 'policy' AND split = 'train'")
     assert all(pol["prompt_tokens"] > 0) and all(pol["steps"] == 3) and not any(pol["success"])
     ck = db.query("SELECT iteration, lineage FROM checkpoints ORDER BY iteration")

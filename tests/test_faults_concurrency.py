@@ -18,7 +18,7 @@ N = 120  # candidates per partition: enough rows that the two writers' transacti
 def candidates(benchmark: str) -> list[Trajectory]:
     return [Trajectory(benchmark=benchmark, split="train", task_id=f"t{i % 40}", source="policy", iteration=0,
                        sample=i // 40, success=i % 3 != 0, reward=1.0, model_id="ck",
-                       steps=[Step(observation="o", elaborate="think", plan="plan", action=f"a{i}")])
+                       steps=[Step(observation="o", thought="think", plan="plan", action=f"a{i}")])
             for i in range(N)]
 
 

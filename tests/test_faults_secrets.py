@@ -68,7 +68,7 @@ def test_teacher_key_without_known_prefix_never_leaks(tmp_path, monkeypatch, cap
         with StubServer([(200, quoting), (200, answer(2))]) as up:
             ok = materialize_teacher(tmp_path, up.base_url, instance)
         assert ok.success
-        assert db.query("SELECT count(*) FROM steps WHERE elaborate = 'My key is ***.'").item() == 1
+        assert db.query("SELECT count(*) FROM steps WHERE thought = 'My key is ***.'").item() == 1
         assert_nowhere(instance, tmp_path, db, capfd, caplog, [failed, ok])
 
 
@@ -106,8 +106,8 @@ def test_policy_key_without_known_prefix_never_leaks(tmp_path, monkeypatch, capf
                 asset_selection=[dg.AssetKey("rollouts")])
         assert played.success
         assert {k.lower(): v for k, v in server.headers[0].items()}["authorization"] == f"Bearer {KEY}"
-        elaborate = db.query("SELECT elaborate FROM steps").rows()
-        assert len(elaborate) == 2 and {e for (e,) in elaborate} == {"the key is ***."}
+        thought = db.query("SELECT thought FROM steps").rows()
+        assert len(thought) == 2 and {e for (e,) in thought} == {"the key is ***."}
         with StubServer([(401, f"key {KEY} is not valid")]) as denied:
             failed = generate_op_job(denied.base_url).execute_in_process(instance=instance, raise_on_error=False)
         assert not failed.success

@@ -25,11 +25,11 @@ BAD = "focus on \ud83d cup"  # a lone high surrogate
 def test_lone_surrogate_in_generated_text_is_stored_not_fatal(tmp_path):
     db = Store(tmp_path / "fw.duckdb")
     traj = Trajectory(benchmark="scienceworld", split="train", task_id="t", source="policy", goal=f"goal {BAD}",
-                      steps=[Step(observation="o", elaborate=f"think {BAD}", plan="p", action=BAD,
+                      steps=[Step(observation="o", thought=f"think {BAD}", plan="p", action=BAD,
                                   next_observation="No known action matches that input.")])
     assert db.write_trajectories([traj]) == 1
-    [(action, elaborate)] = db.query("SELECT action, elaborate FROM steps").rows()
-    assert action == "focus on \ufffd cup" and elaborate == "think focus on \ufffd cup"
+    [(action, thought)] = db.query("SELECT action, thought FROM steps").rows()
+    assert action == "focus on \ufffd cup" and thought == "think focus on \ufffd cup"
     db.cache_put("k", "m", BAD)
     assert db.cache_get("k") == "focus on \ufffd cup"
 

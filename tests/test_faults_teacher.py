@@ -33,7 +33,7 @@ def answer(n: int) -> str:
 def experts(n_trajs: int = 3, n_steps: int = 2) -> list[Trajectory]:
     return [Trajectory(benchmark=BENCH, split="train", task_id=f"find-non-living-thing/{i}", source="expert",
                        goal="find a non-living thing", success=True, reward=1.0,
-                       steps=[Step(observation=f"room {i}.{t}", elaborate="", plan="", action=f"go {t}",
+                       steps=[Step(observation=f"room {i}.{t}", thought="", plan="", action=f"go {t}",
                                    next_observation=f"room {i}.{t + 1}") for t in range(n_steps)])
             for i in range(n_trajs)]
 

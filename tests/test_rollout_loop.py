@@ -23,7 +23,7 @@ def test_history_and_quaternions_recorded():
     [t] = run([(counter_task(0), 0)], ScriptGenerator())
     assert t.steps[0].observation.startswith("Your task")
     assert t.steps[1].observation == "Value is 1."
-    assert (t.steps[0].elaborate, t.steps[0].plan, t.steps[0].action) == ("count up.", "increment.", "inc")
+    assert (t.steps[0].thought, t.steps[0].plan, t.steps[0].action) == ("count up.", "increment.", "inc")
     assert t.steps[0].prompt_tokens == 10 and t.reward == 1.0
 
 

@@ -7,7 +7,7 @@ from flywheel.trajectory import Step, Trajectory
 
 
 def make_traj(task="t1", sample=0, iteration=0, source="policy", success=True, n=3) -> Trajectory:
-    steps = [Step(observation=f"o{i}", elaborate=f"e{i}", plan=f"p{i}", action=f"a{i}",
+    steps = [Step(observation=f"o{i}", thought=f"e{i}", plan=f"p{i}", action=f"a{i}",
                   next_observation=f"o{i + 1}", prompt_tokens=10 + i) for i in range(n)]
     return Trajectory(benchmark="b", split="train", task_id=task, source=source, iteration=iteration,
                       sample=sample, goal="g", steps=steps, success=success, reward=float(success))
@@ -112,6 +112,25 @@ def test_an_older_store_file_gains_the_gate_checks_table(tmp_path):
     assert db.gate_run("b", 0)["passed"] == 1 and db.gate_check_passed("b", 0) is None
     db.record_gate_check("b", 0, passed=True, trajectories=1, problems=[])
     assert Store(path, read_only=True).gate_check_passed("b", 0) is True
+
+
+def test_an_older_store_file_with_elaborate_steps_is_renamed_to_thought(tmp_path):
+    """e_t was stored as `steps.elaborate`; a writer renames it to `thought`, data and views intact."""
+    import duckdb
+
+    path = tmp_path / "old.duckdb"
+    db = Store(path)
+    db.write_trajectories([make_traj("t1", success=True)])
+    con = duckdb.connect(str(path))
+    con.execute("ALTER TABLE steps RENAME COLUMN thought TO elaborate")
+    con.close()
+    [traj] = Store(path).load_trajectories()
+    assert traj.steps and traj.steps[0].thought == make_traj("t1", success=True).steps[0].thought
+    con = duckdb.connect(str(path), read_only=True)
+    cols = [r[0] for r in con.execute("SELECT column_name FROM information_schema.columns "
+                                      "WHERE table_name = 'steps'").fetchall()]
+    con.close()
+    assert "thought" in cols and "elaborate" not in cols
 
 
 def _evaluate(db, benchmark, k, split, success, reward=0.5):

@@ -19,10 +19,10 @@ def test_scripted_teacher_is_informative():
     traj = make_traj(n=3)
     notes = ScriptedTeacher(lambda a: f"do {a}").annotate(traj, "instr")
     assert len(notes) == 3
-    assert "g" in notes[0].elaborate and "do a0" in notes[0].elaborate and "do a1" in notes[0].elaborate
-    assert "a0" in notes[1].elaborate and "o1" in notes[1].elaborate  # what the last action changed
-    assert notes[2].plan.startswith("Do a2") and "complete" in notes[2].elaborate
-    assert all(len(n.plan) < len(n.elaborate) for n in notes)  # short plan, long thought
+    assert "g" in notes[0].thought and "do a0" in notes[0].thought and "do a1" in notes[0].thought
+    assert "a0" in notes[1].thought and "o1" in notes[1].thought  # what the last action changed
+    assert notes[2].plan.startswith("Do a2") and "complete" in notes[2].thought
+    assert all(len(n.plan) < len(n.thought) for n in notes)  # short plan, long thought
     annotated = apply_annotations(traj, notes)
     assert annotated.source == "teacher" and annotated.steps[1].plan == notes[1].plan
 

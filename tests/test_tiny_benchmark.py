@@ -100,7 +100,7 @@ def test_the_tiny_benchmark_runs_the_flywheel_through_dagster(tmp_path, tiny, mo
     assert {t.task_id: list(t.actions) for t in experts.values() if t.success} == {
         t.task_id: shortest_path(t.meta["keys"], t.meta["door"]) for t in train}
     teacher = db.load_trajectories(benchmark=NAME, source="teacher")
-    assert len(teacher) == len(train) and all(s.plan and s.elaborate for t in teacher for s in t.steps)
+    assert len(teacher) == len(train) and all(s.plan and s.thought for t in teacher for s in t.steps)
     synthetic = db.load_trajectories(benchmark=NAME, source="synthetic")
     assert synthetic and all(t.success and t.task_id.startswith("syn-") for t in synthetic)  # more keys: longer
     assert min(len(t.steps) for t in synthetic) > max(len(t.steps) for t in teacher)

@@ -79,7 +79,7 @@ def test_rollouts_through_managed_server_stop_at_action_line_and_count_tokens(tm
     # The stub rambles on after the action line; the stream is closed there, and the counts are
     # the server's own usage up to that point: the stub's 7 tokens "Thought: ", "count ", "up.\n",
     # "Plan: ", "increment.\n", "Action: ", "inc\n" (of the 19 it would send).
-    assert step.action == "inc" and "Observation" not in step.elaborate + step.plan + step.action
+    assert step.action == "inc" and "Observation" not in step.thought + step.plan + step.action
     assert step.completion_tokens == 7 and step.prompt_tokens > 0
     ev = events(log)
     starts = [e for e in ev if e["kind"] == "start"]

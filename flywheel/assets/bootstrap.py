@@ -60,11 +60,11 @@ def teacher_quaternions(
         "teacher": annotator.name,
         "trajectories": len(annotated),
         "quaternions": len(steps),
-        "mean_thought_chars": sum(len(s.elaborate) for s in steps) / max(len(steps), 1),
+        "mean_thought_chars": sum(len(s.thought) for s in steps) / max(len(steps), 1),
         "mean_plan_chars": sum(len(s.plan) for s in steps) / max(len(steps), 1),
         "example": dg.MetadataValue.md(
             f"**system**\n\n```\n{system_message(instructions)[:1500]}\n```\n\n"
-            f"**o_t**\n\n```\n{sample.observation[:800]}\n```\n\n**e_t** {sample.elaborate}\n\n"
+            f"**o_t**\n\n```\n{sample.observation[:800]}\n```\n\n**e_t** {sample.thought}\n\n"
             f"**p_t** {sample.plan}\n\n**a_t** `{sample.action}`"
         ),
     }))

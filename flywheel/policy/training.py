@@ -85,7 +85,7 @@ def sft_examples(
                 history_window=history_window, max_observation_chars=max_observation_chars,
                 history_mode=history_mode,
             )
-            answer = format_response(step.elaborate, step.plan, step.action, history_mode=history_mode)
+            answer = format_response(step.thought, step.plan, step.action, history_mode=history_mode)
             completion = [{"role": "assistant", "content": answer}]
             rows.append({"prompt": prompt, "completion": completion, "task_id": tr.task_id, "t": t})
     return rows

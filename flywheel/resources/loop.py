@@ -3,7 +3,7 @@ from collections.abc import Iterable
 import dagster as dg
 
 from flywheel.failures import setup_fails_once
-from flywheel.loop import LoopPolicy
+from flywheel.loop import StopRules
 from flywheel.partitions import DEFAULT_MAX_ITERATION
 from flywheel.validation import ConfigurationError, check_budget
 
@@ -59,10 +59,10 @@ class LoopResource(dg.ConfigurableResource):
         if not 0 < self.history_decay <= 1:
             raise ConfigurationError(f"loop.history_decay must be in (0, 1], got {self.history_decay}")
 
-    def policy(self, max_partition: int | None = None, partitions: Iterable[str] | None = None) -> LoopPolicy:
+    def stop_rules(self, max_partition: int | None = None, partitions: Iterable[str] | None = None) -> StopRules:
         """The stop rules; `max_partition` (the highest iteration partition) bounds K when known."""
         self.validate(max_partition, partitions)
-        return LoopPolicy(max_iteration=self.max_iterations, patience=self.patience,
+        return StopRules(max_iteration=self.max_iterations, patience=self.patience,
                           min_new_successes=self.min_new_successes, min_improvement=self.min_improvement)
 
     @setup_fails_once  # a bad configuration fails the run once, not 1 + max_retries times

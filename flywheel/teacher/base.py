@@ -10,7 +10,7 @@ from flywheel.trajectory import Trajectory
 
 @dataclass(frozen=True)
 class Annotation:
-    elaborate: str  # e_t: multi-sentence analysis
+    thought: str  # e_t: multi-sentence analysis
     plan: str  # p_t: one or two sentences
 
 
@@ -29,5 +29,5 @@ class Teacher(Protocol):
 def apply_annotations(traj: Trajectory, notes: list[Annotation], source: str = "teacher") -> Trajectory:
     if len(notes) != len(traj.steps):
         raise TeacherError(f"teacher returned {len(notes)} annotations for {len(traj.steps)} steps")
-    steps = [replace(s, elaborate=n.elaborate, plan=n.plan) for s, n in zip(traj.steps, notes, strict=True)]
+    steps = [replace(s, thought=n.thought, plan=n.plan) for s, n in zip(traj.steps, notes, strict=True)]
     return replace(traj, steps=steps, source=source)

@@ -202,7 +202,7 @@ def parse_annotations(text: str, *, expected: int, redact: Redactor | None = Non
     try:
         data: Any = json.loads(match.group(0) if match else text)
         items = data["steps"] if isinstance(data, dict) else data
-        notes = [Annotation(elaborate=str(i["thought"]).strip(), plan=str(i["plan"]).strip()) for i in items]
+        notes = [Annotation(thought=str(i["thought"]).strip(), plan=str(i["plan"]).strip()) for i in items]
     except (ValueError, KeyError, TypeError) as exc:
         raise TeacherError(f"malformed teacher answer ({redact(str(exc))[:100]}): {preview(text, redact)}") from None
     if len(notes) != expected or any(not n.plan for n in notes):

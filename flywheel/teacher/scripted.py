@@ -51,9 +51,9 @@ class ScriptedTeacher:
                 seen = _novel_part(prev.observation, step.observation)
                 situation = f"'{prev.action}' gave: \"{seen}\" This is step {t + 1} of about {total}."
             why = f"After that: {'; then '.join(upcoming)}." if upcoming else "That should complete the goal."
-            elaborate = f"{situation} Now I need to {intent}. {why}"
+            thought = f"{situation} Now I need to {intent}. {why}"
             plan = f"{intent[0].upper()}{intent[1:]}." + (f" Then {upcoming[0]}." if upcoming else " Done after that.")
-            notes.append(Annotation(elaborate=elaborate, plan=plan))
+            notes.append(Annotation(thought=thought, plan=plan))
         return notes
 
     def propose_tasks(
