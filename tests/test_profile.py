@@ -94,6 +94,11 @@ def test_the_launchpad_accepts_the_profiles_teacher(tmp_path, monkeypatch):
     ("- a\n- b\n", "must be a mapping of fields"),
 ])
 def test_a_bad_profile_fails_before_any_work_naming_the_fix(tmp_path, text, message):
+    assert_profile_refused(tmp_path, text, message)
+
+
+def assert_profile_refused(tmp_path, text: str, message: str) -> None:
+    """Loading a profile of `text` fails with a ConfigurationError naming the file and `message`."""
     path = tmp_path / "bad.yaml"
     path.write_text(text)
     with pytest.raises(ConfigurationError) as err:

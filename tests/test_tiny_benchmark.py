@@ -20,8 +20,9 @@ from flywheel.policy.models import build_tiny_model
 from flywheel.profile import Profile, load_profile
 from flywheel.resources import PolicyResource
 from flywheel.store import Store
-from flywheel.validation import ConfigurationError
 from tests.loop_support import OracleGenerator
+from tests.test_e2e_scienceworld import check_results, run
+from tests.test_profile import assert_profile_refused
 from tests.tinybench import NAME, SPEC, shortest_path
 
 REF = "tests.tinybench:SPEC"
@@ -64,16 +65,6 @@ def write_profile(tmp_path: Path, model: str, text: str = PROFILE) -> Path:
     return path
 
 
-def run(defs, job, key, assets, instance):
-    return defs.resolve_job_def(job).execute_in_process(
-        partition_key=str(key), instance=instance, raise_on_error=False,
-        asset_selection=[dg.AssetKey(a) for a in assets],
-    )
-
-
-def check_results(result):
-    return {e.event_specific_data.check_name: e.event_specific_data.passed
-            for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
 
 
 def test_the_tiny_benchmark_runs_the_flywheel_through_dagster(tmp_path, tiny, monkeypatch):
@@ -146,11 +137,7 @@ def test_a_profile_names_benchmarks_by_reference(tmp_path):
      "Unknown benchmark 'webshop' in loop.benchmarks: the benchmark partitions are tinybench"),
 ])
 def test_a_bad_reference_fails_when_the_profile_loads(tmp_path, text, message):
-    path = tmp_path / "bad.yaml"
-    path.write_text(text)
-    with pytest.raises(ConfigurationError) as err:
-        load_profile(path)
-    assert message in str(err.value) and str(path) in str(err.value)
+    assert_profile_refused(tmp_path, text, message)
 
 
 def test_flywheel_never_names_the_tiny_benchmark():
