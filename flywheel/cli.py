@@ -22,8 +22,7 @@ def validate_demo_args(args: argparse.Namespace) -> None:
     before any work (ConfigurationError names the flag or the valid options)."""
     from flywheel.validation import check_benchmark, check_options
 
-    profile_of(args)
-    check_benchmark(args.benchmark, where="--benchmark")
+    check_benchmark(args.benchmark, where="--benchmark", refs=profile_of(args).benchmark_refs)
     check_options({opt: getattr(args, flag) for flag, opt in DEMO_OPTIONS.items()},
                   names={opt: "--" + flag.replace("_", "-") for flag, opt in DEMO_OPTIONS.items()})
     demo_options(args, _demo_spec(args))
@@ -80,13 +79,14 @@ def demo_resources(args: argparse.Namespace) -> dict:
         sections["policy"].update(max_batch_size=args.parallel_envs, dtype=args.dtype, torch_threads=args.torch_threads)
     return build_resources(sections, policy_backend=profile.policy_backend, where="demo",
                            store_path=str(runs / "flywheel.duckdb"), checkpoints_dir=str(runs / "checkpoints"),
-                           model_path=args.model, max_iteration=profile.max_iteration)
+                           model_path=args.model, max_iteration=profile.max_iteration,
+                           benchmark_refs=profile.benchmark_refs)
 
 
 def _demo_spec(args: argparse.Namespace):
     from envs import get_benchmark
 
-    return get_benchmark(args.benchmark)
+    return get_benchmark(args.benchmark, refs=profile_of(args).benchmark_refs)
 
 
 def demo_task_types(args: argparse.Namespace, spec) -> list[str]:
@@ -150,7 +150,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     resources = demo_resources(args)
     stopped, gate_blocked = None, False
     try:
-        run_flywheel(args.benchmark, resources=resources, iterations=args.iterations, instance=_ready_instance())
+        run_flywheel(args.benchmark, resources=resources, iterations=args.iterations, instance=_ready_instance(),
+                     benchmark_refs=profile_of(args).benchmark_refs)
     except GateBlocked as exc:  # nothing passed the reward gate: a measured result, reported as such
         stopped, gate_blocked = f"{exc} (no successful trajectory to refine on; the sensor would stop here too)", True
     except StageFailed as exc:

@@ -55,13 +55,16 @@ def run_flywheel(
     iterations: int,
     instance: dg.DagsterInstance,
     evaluate_last_only: bool = False,
+    benchmark_refs: dict[str, str] | None = None,
 ) -> None:
-    """Bootstrap, then iterations 0..iterations-1 (SFT, rollouts, gate, evaluation), then SFT+eval of the last."""
-    check_benchmark(benchmark, where="run_flywheel(benchmark=...)")
+    """Bootstrap, then iterations 0..iterations-1 (SFT, rollouts, gate, evaluation), then SFT+eval of the last.
+    `benchmark_refs` names a benchmark outside the registry (name -> "module:attribute", as in a profile)."""
+    refs = dict(benchmark_refs or {})
+    check_benchmark(benchmark, where="run_flywheel(benchmark=...)", refs=refs)
     if iterations < 0:
         raise ConfigurationError(f"iterations must be >= 0, got {iterations}")
     # Partitions 0..K for this run (at least the default range, so runs show up beside the UI's).
-    defs = build_defs(resources, profile=Profile(benchmarks=(benchmark,),
+    defs = build_defs(resources, profile=Profile(benchmarks=(benchmark,), benchmark_refs=refs,
                                                  max_iteration=max(iterations, DEFAULT_MAX_ITERATION)))
     bootstrap = defs.resolve_job_def("bootstrap_job")
     iteration = defs.resolve_job_def("iteration_job")

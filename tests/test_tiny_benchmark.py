@@ -145,3 +145,19 @@ def test_flywheel_never_names_the_tiny_benchmark():
     offenders = [str(p.relative_to(REPO)) for folder in ("flywheel", "envs") for p in sorted((REPO / folder).rglob("*.py"))
                  if NAME in p.read_text().lower()]
     assert offenders == []
+
+
+def test_the_demo_cli_plays_a_benchmark_named_by_reference(tmp_path, tiny):
+    """`flywheel --profile P demo --benchmark tinybench`: validation, the spec's tasks and the resources
+    all see the profile's reference (nothing is trained here: the resources are built, not run)."""
+    from flywheel.cli import build_parser, demo_resources, validate_demo_args
+
+    path = write_profile(tmp_path, tiny)
+    args = build_parser().parse_args(["--profile", str(path), "demo", "--benchmark", NAME, "--train-tasks", "2"])
+    validate_demo_args(args)
+    envs_resource = demo_resources(args)["envs"]
+    assert envs_resource.benchmark_refs == {NAME: REF}
+    assert envs_resource.spec(NAME) is SPEC and len(envs_resource.tasks(NAME, "train")) == 2
+    other = build_parser().parse_args(["demo", "--benchmark", NAME])  # no profile: the registry does not know it
+    with pytest.raises(Exception, match=f"Unknown benchmark '{NAME}'"):
+        validate_demo_args(other)
