@@ -14,7 +14,6 @@ from flywheel.profile import PROFILE_ENV, Profile, load_profile
 from flywheel.sensors import iteration_run_tags, loop_automation
 
 stage_assets = dg.load_assets_from_modules([bootstrap, curriculum, training, refinement, evaluation, baselines])
-stage_checks = dg.load_asset_checks_from_modules([refinement, checks])
 summary_assets = [flywheel_summary]
 
 summary_job = dg.define_asset_job(
@@ -73,7 +72,7 @@ def build_defs(
     sensor, schedule = loop_automation(profile.loop_cron, parts)
     return dg.Definitions(
         assets=[_with_partitions(a, parts) for a in [*stage_assets, *summary_assets]],
-        asset_checks=stage_checks,
+        asset_checks=[refinement.gated_dataset_check(parts.flywheel), checks.seen_success_check(parts.flywheel)],
         jobs=[bootstrap_job, iteration_job, baselines_job, summary_job],
         sensors=[sensor],
         schedules=[schedule],

@@ -62,6 +62,9 @@ def test_a_profile_configures_partitions_resources_and_schedule(tmp_path):
     assert graph.get(dg.AssetKey("grpo_checkpoint")).partitions_def.get_partition_keys() == keys
     job = defs.resolve_job_def("iteration_job")
     assert job.partitions_def.get_partition_keys()[-1] == "webshop|5"
+    dg.Definitions.validate_loadable(defs)  # what `dagster definitions validate` runs: checks share the partitions
+    checks = {k.name for k in graph.asset_check_keys}
+    assert checks == {"gated_dataset_is_usable", "seen_success_vs_previous"}
     assert defs.resolve_schedule_def("flywheel_schedule").cron_schedule == "0 * * * *"
     res = defs.resources
     assert isinstance(res["policy"], ManagedVLLMPolicy) and res["policy"].history_window == 2

@@ -136,8 +136,14 @@ def gated_dataset(context: dg.AssetExecutionContext, store: StoreResource, loop:
     }))
 
 
-@dg.asset_check(asset=gated_dataset, partitions_def=flywheel_partitions, blocking=True, description="Gated dataset is non-empty and well-formed")
-def gated_dataset_is_usable(context: dg.AssetCheckExecutionContext, store: StoreResource) -> dg.AssetCheckResult:
+def gated_dataset_check(partitions_def: dg.PartitionsDefinition) -> dg.AssetChecksDefinition:
+    """The blocking gate check over `partitions_def` (a check's partitions must be its asset's: build_defs
+    passes the profile's; the module-level `gated_dataset_is_usable` is over the placeholder partitions)."""
+    return dg.asset_check(asset=gated_dataset, name="gated_dataset_is_usable", partitions_def=partitions_def,
+                          blocking=True, description="Gated dataset is non-empty and well-formed")(check_gated_dataset)
+
+
+def check_gated_dataset(context: dg.AssetCheckExecutionContext, store: StoreResource) -> dg.AssetCheckResult:
     """Checks gate k's own trajectories; the verdict also goes to the store (`gate_checks`), where the
     loop and `sft_checkpoint(b, k+1)` read it. A check that raises is recorded as failed, as Dagster
     records it."""
@@ -157,3 +163,6 @@ def gated_dataset_is_usable(context: dg.AssetCheckExecutionContext, store: Store
         metadata={"trajectories": len(trajs), "problems": len(problems),
                   "first_problems": "\n".join(problems[:10]) or "none"},
     )
+
+
+gated_dataset_is_usable = gated_dataset_check(flywheel_partitions)
