@@ -78,8 +78,7 @@ def demo_resources(args: argparse.Namespace) -> dict:
     if profile.policy_backend == "transformers":  # in-process generation knobs
         sections["policy"].update(max_batch_size=args.parallel_envs, dtype=args.dtype, torch_threads=args.torch_threads)
     return build_resources(sections, policy_backend=profile.policy_backend, where="demo",
-                           store_path=str(runs / "flywheel.duckdb"), checkpoints_dir=str(runs / "checkpoints"),
-                           model_path=args.model, max_iteration=profile.max_iteration,
+                           runs_dir=runs, model_path=args.model, max_iteration=profile.max_iteration,
                            benchmark_refs=profile.benchmark_refs)
 
 

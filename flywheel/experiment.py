@@ -26,10 +26,10 @@ from typing import Any
 
 import dagster as dg
 
-from flywheel.partitions import DEFAULT_MAX_ITERATION
-from flywheel.profile import SECTIONS, read_yaml, section
+from flywheel.partitions import run_max_iteration
+from flywheel.profile import SECTIONS, model_folder, read_yaml, section
 from flywheel.quality import paired_difference, wilson_interval
-from flywheel.settings import REPO_ROOT, SMOLLM2_DIR
+from flywheel.settings import REPO_ROOT
 from flywheel.store import Store
 from flywheel.validation import ConfigurationError
 
@@ -79,7 +79,7 @@ class Preset:
     @property
     def max_iteration(self) -> int:
         """The iteration partitions of this experiment's definitions: 0..K (at least the default range)."""
-        return max(self.iterations, DEFAULT_MAX_ITERATION)
+        return run_max_iteration(self.iterations)
 
     def method(self, arm: str) -> str:
         """The arm's training method (flywheel/methods.py): `method: NAME` on the arm, else on the preset, else bpo."""
@@ -153,27 +153,23 @@ def build_resources(preset: Preset, arm: str, arm_dir: Path, *, model_path: str)
         raise ConfigurationError(f"{where}: unknown method {preset.method(arm)!r}; valid: {list(METHODS)}")
     return build_profile_resources(
         preset.arm_sections(arm), policy_backend=preset.policy_backend, where=where,
-        store_path=str(arm_dir / "flywheel.duckdb"), checkpoints_dir=str(arm_dir / "checkpoints"),
-        model_path=model_path, max_iteration=preset.max_iteration, store_fields={"method": preset.method(arm)},
+        runs_dir=arm_dir, model_path=model_path, max_iteration=preset.max_iteration, store_fields={"method": preset.method(arm)},
         loop_defaults={"continue_on_empty_gate": True} if preset.continue_on_empty_gate else None,
     )
 
 
 def resolve_model(model: str, runs: Path) -> str:
-    """`smollm2` -> the prepared SmolLM2 folder; `tiny` -> a tiny random Llama built once under `runs`."""
+    """The folder `model` names (`flywheel.profile.model_folder`), checked; `tiny` is a tiny random Llama
+    built once under `runs`."""
     from flywheel.policy.models import build_tiny_model, require_model
 
-    if model == "smollm2":
-        path = str(SMOLLM2_DIR)
-        require_model(path)
-        return path
+    path = model_folder(model, runs)
     if model == "tiny":
-        target = runs / "tiny-model"
-        if not (target / "flywheel_model.json").exists():
-            build_tiny_model(target, vocab_size=512)
-        return str(target)
-    require_model(model)
-    return model
+        if not (Path(path) / "flywheel_model.json").exists():
+            build_tiny_model(Path(path), vocab_size=512)
+        return path
+    require_model(path)
+    return path
 
 
 # -- running ---------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 Stage-1/2 assets depend only on the benchmark; every flywheel asset is keyed by
 (benchmark, iteration). The asset modules declare the placeholders below (every registered
 benchmark, iterations 0..DEFAULT_MAX_ITERATION); `build_defs` swaps them for the profile's
-(`Partitions.of(benchmarks, max_iteration)`), so nothing here reads the environment and the
+(`Partitions(benchmarks, max_iteration)`), so nothing here reads the environment and the
 partition range is configuration, not import-time state.
 """
 
@@ -15,10 +15,10 @@ from functools import cached_property
 import dagster as dg
 
 from envs import REGISTRY
+from flywheel.settings import DEFAULT_MAX_ITERATION
 
 BENCHMARK = "benchmark"
 ITERATION = "iteration"
-DEFAULT_MAX_ITERATION = 3
 
 
 @dataclass(frozen=True)
@@ -43,15 +43,17 @@ class Partitions:
     @cached_property
     def previous_iteration(self) -> dg.MultiPartitionMapping:
         """(b, k-1) upstream -> (b, k) downstream: what a baseline at k reads."""
-        return previous_iteration_mapping(self.max_iteration)
+        return dg.MultiPartitionMapping({
+            BENCHMARK: dg.DimensionPartitionMapping(BENCHMARK, dg.IdentityPartitionMapping()),
+            ITERATION: dg.DimensionPartitionMapping(ITERATION, dg.StaticPartitionMapping(
+                {str(k): str(k + 1) for k in range(self.max_iteration)})),
+        })
 
 
-def previous_iteration_mapping(max_iteration: int) -> dg.MultiPartitionMapping:
-    return dg.MultiPartitionMapping({
-        BENCHMARK: dg.DimensionPartitionMapping(BENCHMARK, dg.IdentityPartitionMapping()),
-        ITERATION: dg.DimensionPartitionMapping(ITERATION, dg.StaticPartitionMapping(
-            {str(k): str(k + 1) for k in range(max_iteration)})),
-    })
+def run_max_iteration(iterations: int) -> int:
+    """The highest iteration partition of a run of iterations 0..K (the demo, an experiment): K, and at
+    least the default range, so its partitions are the ones the UI shows."""
+    return max(iterations, DEFAULT_MAX_ITERATION)
 
 
 # The placeholders the asset modules declare; build_defs replaces them with the profile's.

@@ -10,7 +10,7 @@ import dagster as dg
 
 from flywheel.definitions import build_defs
 from flywheel.evaluation import markdown_table, result_columns
-from flywheel.partitions import DEFAULT_MAX_ITERATION, partition_key
+from flywheel.partitions import partition_key, run_max_iteration
 from flywheel.profile import Profile
 from flywheel.store import Store
 from flywheel.validation import ConfigurationError, check_benchmark
@@ -63,9 +63,9 @@ def run_flywheel(
     check_benchmark(benchmark, where="run_flywheel(benchmark=...)", refs=refs)
     if iterations < 0:
         raise ConfigurationError(f"iterations must be >= 0, got {iterations}")
-    # Partitions 0..K for this run (at least the default range, so runs show up beside the UI's).
+    # Partitions 0..K for this run (run_max_iteration: at least the default range).
     defs = build_defs(resources, profile=Profile(benchmarks=(benchmark,), benchmark_refs=refs,
-                                                 max_iteration=max(iterations, DEFAULT_MAX_ITERATION)))
+                                                 max_iteration=run_max_iteration(iterations)))
     bootstrap = defs.resolve_job_def("bootstrap_job")
     iteration = defs.resolve_job_def("iteration_job")
     log.info("== stage 1/2: expert replay, teacher quaternions, curriculum (%s)", benchmark)

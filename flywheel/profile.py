@@ -40,18 +40,42 @@ from typing import Any
 import dagster as dg
 import yaml
 
-from flywheel.settings import REPO_ROOT, SMOLLM2_DIR
+from flywheel.settings import (
+    DEFAULT_LOOP_CRON,
+    DEFAULT_MAX_ITERATION,
+    DEFAULT_RUNS_DIR,
+    REPO_ROOT,
+    SMOLLM2_DIR,
+)
 from flywheel.validation import ConfigurationError
 
 PROFILE_ENV = "FLYWHEEL_PROFILE"
 SECTIONS = ("envs", "policy", "loop", "curriculum", "teacher", "method")
+# The names `policy_backend` takes, checked without importing the resources (they import torch).
 POLICY_BACKENDS = ("transformers", "vllm", "openai")
+
+
+def policy_classes() -> dict[str, type[dg.ConfigurableResource]]:
+    """`policy_backend` name -> the policy resource class it picks."""
+    from flywheel.resources.policy import ManagedVLLMPolicy, OpenAICompatiblePolicy, TransformersPolicy
+
+    return dict(zip(POLICY_BACKENDS, (TransformersPolicy, ManagedVLLMPolicy, OpenAICompatiblePolicy), strict=True))
 
 
 def _all_benchmarks() -> tuple[str, ...]:
     from envs import REGISTRY
 
     return tuple(sorted(REGISTRY))
+
+
+def model_folder(model: str, runs: Path) -> str:
+    """The base model folder `model` names: `smollm2` (the prepared SmolLM2-135M), `tiny` (built under
+    `runs` when needed) or a folder (not checked here: resources check it when they start)."""
+    if model == "smollm2":
+        return str(SMOLLM2_DIR)
+    if model == "tiny":
+        return str(runs / "tiny-model")
+    return str(Path(model).expanduser())
 
 
 @dataclass(frozen=True)
@@ -61,11 +85,11 @@ class Profile:
     benchmarks: tuple[str, ...] = field(default_factory=_all_benchmarks)
     # The benchmarks named by reference (name -> "package.module:SPEC"), each one of `benchmarks`.
     benchmark_refs: dict[str, str] = field(default_factory=dict)
-    max_iteration: int = 3
-    runs_dir: str = "runs"
+    max_iteration: int = DEFAULT_MAX_ITERATION
+    runs_dir: str = DEFAULT_RUNS_DIR.name
     model: str = "smollm2"
     policy_backend: str = "transformers"
-    loop_cron: str = "*/30 * * * *"
+    loop_cron: str = DEFAULT_LOOP_CRON
     sections: dict[str, dict[str, Any]] = field(default_factory=dict)
     source: str = ""
 
@@ -97,24 +121,16 @@ class Profile:
         return p if p.is_absolute() else REPO_ROOT / p
 
     def model_path(self) -> str:
-        """The base model folder `model` names (not checked: resources check it when they start)."""
-        if self.model == "smollm2":
-            return str(SMOLLM2_DIR)
-        if self.model == "tiny":
-            return str(self.runs_path / "tiny-model")
-        return str(Path(self.model).expanduser())
+        """The base model folder `model` names (see `model_folder`)."""
+        return model_folder(self.model, self.runs_path)
 
     def resources(self) -> dict[str, dg.ConfigurableResource]:
         """The resources `build_defs` gets: store and checkpoints under runs_dir, the profile's fields."""
         return build_resources(
             self.sections, policy_backend=self.policy_backend, where=self.source or "profile",
-            store_path=str(self.runs_path / "flywheel.duckdb"), checkpoints_dir=str(self.runs_path / "checkpoints"),
-            model_path=self.model_path(), max_iteration=self.max_iteration, benchmark_refs=self.benchmark_refs,
-            benchmarks=self.benchmarks,
+            runs_dir=self.runs_path, model_path=self.model_path(), max_iteration=self.max_iteration,
+            benchmark_refs=self.benchmark_refs, benchmarks=self.benchmarks,
         )
-
-    def with_overrides(self, **changes: Any) -> Profile:
-        return dataclasses.replace(self, **changes)
 
 
 TOP_LEVEL = tuple(f.name for f in dataclasses.fields(Profile)
@@ -191,9 +207,8 @@ def resource_classes(policy_backend: str) -> dict[str, type[dg.ConfigurableResou
     from flywheel.assets.baselines import MethodResource
     from flywheel.assets.curriculum import CurriculumResource
     from flywheel.resources import EnvResource, LoopResource
-    from flywheel.resources.policy import ManagedVLLMPolicy, OpenAICompatiblePolicy, TransformersPolicy
 
-    policies = {"transformers": TransformersPolicy, "vllm": ManagedVLLMPolicy, "openai": OpenAICompatiblePolicy}
+    policies = policy_classes()
     if policy_backend not in policies:
         raise ConfigurationError(f"policy_backend must be one of {sorted(policies)}, got {policy_backend!r}")
     return {"envs": EnvResource, "policy": policies[policy_backend], "loop": LoopResource,
@@ -212,23 +227,24 @@ def build_one(cls: type[dg.ConfigurableResource], name: str, fields_: dict[str, 
 
 
 def build_resources(
-    sections: dict[str, dict[str, Any]], *, policy_backend: str, where: str, store_path: str, checkpoints_dir: str,
-    model_path: str, max_iteration: int, store_fields: dict[str, Any] | None = None,
+    sections: dict[str, dict[str, Any]], *, policy_backend: str, where: str, runs_dir: Path, model_path: str, max_iteration: int, store_fields: dict[str, Any] | None = None,
     loop_defaults: dict[str, Any] | None = None, benchmark_refs: dict[str, str] | None = None,
     benchmarks: tuple[str, ...] | None = None,
 ) -> dict[str, dg.ConfigurableResource]:
-    """The resources dict handed to `build_defs`, built section by section from plain fields.
+    """The resources dict handed to `build_defs`, built section by section from plain fields; the store
+    (`flywheel.duckdb`) and the checkpoints live in `runs_dir`.
 
     `benchmark_refs` (the benchmarks named by reference) reach `envs`, which every spec lookup goes
     through; `benchmarks` (the partitions, when known) bound the loop's."""
     from flywheel.resources import OpenAITeacherResource, ScriptedTeacherResource, StoreResource
 
-    out: dict[str, dg.ConfigurableResource] = {"store": StoreResource(path=store_path, **(store_fields or {}))}
+    out: dict[str, dg.ConfigurableResource] = {
+        "store": StoreResource(path=str(runs_dir / "flywheel.duckdb"), **(store_fields or {}))}
     for name, cls in resource_classes(policy_backend).items():
         fields_ = dict(sections.get(name, {}))
         if name == "policy":
             fields_.setdefault("base_model_path", model_path)
-            fields_.setdefault("checkpoints_dir", checkpoints_dir)
+            fields_.setdefault("checkpoints_dir", str(runs_dir / "checkpoints"))
         if name == "envs" and benchmark_refs:
             fields_.setdefault("benchmark_refs", dict(benchmark_refs))
         if name == "loop":

@@ -29,6 +29,7 @@ from flywheel.loop import Decision, IterationFacts, StopRules, decide, gate_allo
 from flywheel.partitions import DEFAULT as DEFAULT_PARTITIONS
 from flywheel.partitions import DEFAULT_MAX_ITERATION, Partitions, parse_key, partition_key
 from flywheel.resources import LoopResource, StoreResource
+from flywheel.settings import DEFAULT_LOOP_CRON
 from flywheel.store import Store
 
 ITERATION_JOB = "iteration_job"
@@ -184,7 +185,7 @@ def evaluate_loop(instance: dg.DagsterInstance, db: Store, loop: LoopResource, *
 
 
 def loop_automation(
-    cron: str = "*/30 * * * *", partitions: Partitions = DEFAULT_PARTITIONS,
+    cron: str = DEFAULT_LOOP_CRON, partitions: Partitions = DEFAULT_PARTITIONS,
 ) -> tuple[dg.SensorDefinition, dg.ScheduleDefinition]:
     """The loop's sensor and schedule over `partitions`; the cadence comes from the profile (`loop_cron`)."""
 

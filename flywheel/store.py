@@ -185,21 +185,24 @@ def _expected_columns() -> dict[str, list[str]]:
     return out
 
 
+def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
+    """A table's column names in order ([] when it does not exist)."""
+    return [r[0] for r in con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' AND table_name = ? "
+        "ORDER BY ordinal_position", [table]).fetchall()]
+
+
 def _migrate(con: duckdb.DuckDBPyConnection) -> None:
     """Rename RENAMES' columns, then add MIGRATIONS' columns to a table that has exactly the columns before
     them (nothing else is touched)."""
     expected = _expected_columns()
     for table, renames in RENAMES.items():
-        have = {r[0] for r in con.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' AND table_name = ?",
-            [table]).fetchall()}
+        have = _columns(con, table)
         for old, new in renames:
             if old in have and new not in have:
                 con.execute(f"ALTER TABLE {table} RENAME COLUMN {old} TO {new}")
     for table, added in MIGRATIONS.items():
-        have = [r[0] for r in con.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' AND table_name = ? "
-            "ORDER BY ordinal_position", [table]).fetchall()]
+        have = _columns(con, table)
         names = [name for name, _ in added]
         if have and have == [c for c in expected[table] if c not in names]:
             for name, ddl in added:

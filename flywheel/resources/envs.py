@@ -33,7 +33,7 @@ class EnvResource(dg.ConfigurableResource):
     eval_limit: int | None = None
     max_steps: int | None = None
     env_options: dict[str, dict[str, Any]] = {}
-    # Fields of a benchmark's spec, e.g. {"scienceworld": {"prompt": "compact"}}.
+    # Fields of a benchmark's spec, by benchmark name, e.g. {"<benchmark>": {"prompt": "compact"}}.
     spec_options: dict[str, dict[str, Any]] = {}
 
     @setup_fails_once  # invalid configuration: the run fails once (flywheel.failures)

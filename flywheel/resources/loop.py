@@ -4,7 +4,7 @@ import dagster as dg
 
 from flywheel.failures import setup_fails_once
 from flywheel.loop import StopRules
-from flywheel.partitions import DEFAULT_MAX_ITERATION
+from flywheel.settings import DEFAULT_MAX_ITERATION
 from flywheel.validation import ConfigurationError, check_budget
 
 
