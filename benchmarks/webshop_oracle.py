@@ -33,7 +33,6 @@ from _common import print_table, write_json  # noqa: E402
 
 from envs.webshop import WebShopSpec  # noqa: E402
 from envs.webshop import reward as R  # noqa: E402
-from envs.webshop.env import engine_for  # noqa: E402
 from flywheel.quality import wilson_interval  # noqa: E402
 from tests.envs import webshop_reference_reward as ref  # noqa: E402
 from tests.envs.test_webshop_reward_faithful import catalog_purchases, generated_cases  # noqa: E402
@@ -117,7 +116,7 @@ def title_nouns(spec: WebShopSpec) -> dict:
     except RuntimeError as exc:
         return {"skipped": str(exc)}
     catalog = spec.catalog
-    engine = engine_for(catalog)
+    engine = catalog.search_engine
     pairs = rtype_diff = reward_diff = band = 0
     target_diff = 0
     for goal in catalog.goals:

@@ -12,6 +12,7 @@ references (`refs`) beside the registry's.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib
 import inspect
@@ -66,11 +67,17 @@ _PROTOCOL_METHODS = ("load_tasks", "make_env", "system_prompt", "expert_actions"
 
 
 def configure_spec(spec: BenchmarkSpec, options: dict[str, Any]) -> BenchmarkSpec:
-    """A copy of a (dataclass) spec with some fields set, e.g. ScienceWorld's `prompt="compact"`."""
-    if not options:
-        return spec
-    fields = ({f.name for f in dataclasses.fields(spec) if f.init and f.name != "name"}
-              if dataclasses.is_dataclass(spec) else set())
+    """A spec of its own, with some fields set (e.g. ScienceWorld's `prompt="compact"`).
+
+    Always a new object, even without options: its caches and expert helpers (a gold-path JVM,
+    a worker process) start empty and belong to whoever asked (an `EnvResource`, for a run),
+    never to the module-level spec in the registry.
+    """
+    if not dataclasses.is_dataclass(spec):
+        if options:
+            raise ValueError(f"Unknown option(s) {sorted(options)} for benchmark {spec.name!r}. Valid: none")
+        return copy.deepcopy(spec)
+    fields = {f.name for f in dataclasses.fields(spec) if f.init and f.name != "name"}
     unknown = sorted(set(options) - fields)
     if unknown:
         raise ValueError(

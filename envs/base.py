@@ -98,6 +98,10 @@ class BenchmarkSpec(Protocol):
     - `demo_task_types` (default `None`: all tasks), `demo_spec_options` and
       `demo_env_options` (default `{}`): what `flywheel demo` uses for this benchmark unless
       its flags say otherwise (e.g. a small model's compact prompt).
+    - `close()` (default: nothing to end): ends the helpers this spec object started for its
+      expert paths (ScienceWorld's gold-path JVM, ALFWorld's expert worker; `envs/owned.py`).
+      Each spec object owns its own; the registry's value is a template that `configure_spec`
+      copies, and a run's `EnvResource` closes the copies it handed out when the run ends.
     - `needs_data_dir` (default `True`): runs check that the data folder exists before any work;
       `False` for a benchmark whose tasks live in code (e.g. the tests' tiny benchmark).
 

@@ -117,7 +117,7 @@ def test_a_profile_names_benchmarks_by_reference(tmp_path):
     assert profile.benchmarks == (NAME, "webshop") and profile.benchmark_refs == {NAME: REF}
     res = profile.resources()
     assert res["envs"].benchmark_refs == {NAME: REF}
-    assert res["envs"].spec(NAME) is SPEC and res["envs"].env_factory(NAME)().reset(SPEC.load_tasks("seen")[0])
+    assert res["envs"].spec(NAME) == SPEC and res["envs"].env_factory(NAME)().reset(SPEC.load_tasks("seen")[0])
     keys = build_defs(profile=profile).resolve_asset_graph().get(dg.AssetKey("expert_trajectories"))
     assert sorted(keys.partitions_def.get_partition_keys()) == sorted([NAME, "webshop"])
     # the list form still names registered benchmarks; the registry alone does not know the tiny one
@@ -157,7 +157,7 @@ def test_the_demo_cli_plays_a_benchmark_named_by_reference(tmp_path, tiny):
     validate_demo_args(args)
     envs_resource = demo_resources(args)["envs"]
     assert envs_resource.benchmark_refs == {NAME: REF}
-    assert envs_resource.spec(NAME) is SPEC and len(envs_resource.tasks(NAME, "train")) == 2
+    assert envs_resource.spec(NAME) == SPEC and len(envs_resource.tasks(NAME, "train")) == 2
     other = build_parser().parse_args(["demo", "--benchmark", NAME])  # no profile: the registry does not know it
     with pytest.raises(Exception, match=f"Unknown benchmark '{NAME}'"):
         validate_demo_args(other)

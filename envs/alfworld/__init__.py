@@ -10,9 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -31,11 +30,18 @@ from envs.alfworld.tasks import (
 from envs.alfworld.worker import WorkerClient
 from envs.base import StepView, Task
 from envs.data import cache_dir
+from envs.owned import OwnedProcess
 
 if TYPE_CHECKING:
     from envs.alfworld.synthesis import AlfWorldSynthesizer
 
 EXPERT_CACHE_VERSION = 1  # bump when the expert's behaviour changes
+
+
+def expert_worker() -> OwnedProcess[WorkerClient]:
+    """A worker process for the handcoded expert, started on first use by its owner (a spec)."""
+    return OwnedProcess(lambda: WorkerClient(recycle_every=50, max_rss_mb=1024.0, timeout_s=600.0),
+                        close=WorkerClient.stop)
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,8 @@ class AlfWorldSpec:
     root: str | None = None
     max_steps: int = DEFAULT_MAX_STEPS
     expert_seed: int = 0
+    # The expert's worker process: this spec's own, started on first use, ended by `close()`.
+    _expert: OwnedProcess[WorkerClient] = field(default_factory=expert_worker, init=False, repr=False, compare=False)
 
     # Evaluation buckets by gold (PDDL walkthrough) length: 3-10 steps in the splits.
     eval_bucket_edges: ClassVar[tuple[float, ...]] = (4, 6)
@@ -84,7 +92,8 @@ class AlfWorldSpec:
         if path.exists():
             return json.loads(path.read_text())
         root = alfworld_root(self.root)
-        result = solve_in_worker(root, folder, task.task_id, seed=self.expert_seed)
+        with self._expert.use() as worker:
+            result = solve_in_worker(worker, root, folder, task.task_id, seed=self.expert_seed)
         walkthrough = load_index(root)[folder][task.task_id]["walkthrough"]
         actions, source = choose(result, walkthrough, task.max_steps)
         record = {"task_id": task.task_id, "split": folder, "actions": actions, "source": source, **result}
@@ -93,6 +102,10 @@ class AlfWorldSpec:
         tmp.write_text(json.dumps(record))
         os.replace(tmp, path)
         return record
+
+    def close(self) -> None:
+        """End this spec's expert worker, if one was started (the next expert path starts another)."""
+        self._expert.close()
 
     def normalize_action(self, raw: str) -> str:
         return prompts.normalize_action(raw)
@@ -113,22 +126,18 @@ class AlfWorldSpec:
         return SYNTHESIZER
 
 
-_EXPERT_WORKER = WorkerClient(recycle_every=50, max_rss_mb=1024.0, timeout_s=600.0)
-_EXPERT_LOCK = threading.Lock()
-
-
 def solve_in_worker(
-    root: Path, folder: str, game_id: str, *, seed: int = 0, max_steps: int = EXPERT_MAX_STEPS, fix_move_tracking: bool = True
+    worker: WorkerClient, root: Path, folder: str, game_id: str, *, seed: int = 0, max_steps: int = EXPERT_MAX_STEPS,
+    fix_move_tracking: bool = True
 ) -> dict[str, Any]:
-    """Run `expert.solve` for one game in the shared, recycled expert worker."""
+    """Run `expert.solve` for one game in `worker` (recycled every 50 episodes or 1 GB)."""
     path = game_file(root, folder, game_id)
     walkthrough = load_index(root)[folder][game_id]["walkthrough"]
     options = {"seed": seed, "max_steps": max_steps, "fix_move_tracking": fix_move_tracking}
-    with _EXPERT_LOCK:
-        _EXPERT_WORKER.begin_episode()
-        return _EXPERT_WORKER.call(
-            "expert", game_file=str(path), traj_data=load_traj_data(path), walkthrough=walkthrough, options=options
-        )
+    worker.begin_episode()
+    return worker.call(
+        "expert", game_file=str(path), traj_data=load_traj_data(path), walkthrough=walkthrough, options=options
+    )
 
 
 SPEC = AlfWorldSpec()

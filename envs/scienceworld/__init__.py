@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from envs.base import StepView, Task
-from envs.scienceworld.adapter import ScienceWorldEnv, expert_actions_many, shared_expert_actions
+from envs.owned import OwnedProcess
+from envs.scienceworld.adapter import ScienceWorldEnv, expert_actions_many, expert_jvm
 from envs.scienceworld.prompts import PROMPTS, SYSTEM_PROMPT, describe_action, normalize_action
 from envs.scienceworld.tasks import load_tasks, make_task, resolve_task_name
 
@@ -34,6 +35,8 @@ class ScienceWorldSpec:
         "find-non-living-thing", "lifespan-longest-lived", "lifespan-shortest-lived")
     demo_spec_options: ClassVar[dict[str, Any]] = {"prompt": "compact"}
     demo_env_options: ClassVar[dict[str, Any]] = {"expert_path": "shortcut"}
+    # The JVM that computes gold paths: this spec's own, started on first use, ended by `close()`.
+    _expert: OwnedProcess[ScienceWorldEnv] = field(default_factory=expert_jvm, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.prompt not in PROMPTS:
@@ -49,13 +52,15 @@ class ScienceWorldSpec:
         return PROMPTS[self.prompt]
 
     def expert_actions(self, task: Task) -> list[str]:
-        """Gold path (task.expert_actions if already filled, else generated on a shared JVM).
-
-        For many tasks prefer `expert_actions_many(tasks)`.
-        """
+        """Gold path (task.expert_actions if already filled, else generated on this spec's JVM)."""
         if task.expert_actions:
             return list(task.expert_actions)
-        return shared_expert_actions(task)
+        with self._expert.use() as jvm:
+            return jvm.expert_actions(task)
+
+    def close(self) -> None:
+        """End this spec's gold-path JVM, if one was started (the next gold path starts another)."""
+        self._expert.close()
 
     def normalize_action(self, raw: str) -> str:
         return normalize_action(raw)

@@ -27,12 +27,10 @@ The same actions then give the same observations, run after run, fast or stock, 
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import shutil
 import tempfile
-import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -43,6 +41,7 @@ from scienceworld import ScienceWorldEnv as _PackageEnv
 from scienceworld.constants import BASEPATH, JAR_PATH
 
 from envs.base import EnvError, StepResult, Task
+from envs.owned import OwnedProcess
 from envs.scienceworld.shortcut import allows_teleport, teleport_shortcut
 from envs.scienceworld.tasks import DEFAULT_SIMPLIFICATION, resolve_task_name
 
@@ -413,22 +412,6 @@ def expert_actions_many(
             env.close()
 
 
-_shared: ScienceWorldEnv | None = None
-_shared_lock = threading.Lock()
-
-
-def shared_expert_actions(task: Task) -> list[str]:
-    """Gold path via one lazily started, process-wide JVM (restarted if it died), closed at exit."""
-    global _shared
-    with _shared_lock:
-        if _shared is None or not _shared.alive():
-            if _shared is not None:
-                _shared.close()
-            _shared = ScienceWorldEnv()
-        return _shared.expert_actions(task)
-
-
-@atexit.register
-def _close_shared() -> None:
-    if _shared is not None:
-        _shared.close()
+def expert_jvm() -> OwnedProcess[ScienceWorldEnv]:
+    """A JVM for gold paths, started on first use by its owner (a spec) and restarted if it died."""
+    return OwnedProcess(ScienceWorldEnv, close=ScienceWorldEnv.close, alive=ScienceWorldEnv.alive)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from envs.base import StepView, Task
 from envs.webshop.catalog import CATALOG_ORIGINAL, CATALOG_STANDIN, Catalog, load_catalog
-from envs.webshop.env import WebShopEnv, engine_for, goal_index
+from envs.webshop.env import WebShopEnv, goal_index
 from envs.webshop.oracle import OraclePlan, plan
 from envs.webshop.prompts import describe_action, normalize_action, system_prompt
 
@@ -124,7 +124,7 @@ class WebShopSpec:
         catalog = self.catalog
         key = (catalog.fingerprint, goal_index(task))
         if key not in self._plans:
-            found = plan(catalog, engine_for(catalog), catalog.goals[key[1]], max_steps=task.max_steps)
+            found = plan(catalog, catalog.search_engine, catalog.goals[key[1]], max_steps=task.max_steps)
             self._plans[key] = found
             self._query_kinds[found.query_kind] += 1
         return self._plans[key]

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envs.data import MissingDataError, data_dir
 from envs.webshop.reward import normalize_color, price_upper_for, token_set_ratio
@@ -41,6 +41,9 @@ REVIEW_FILE = "reviews.json"
 STANDIN_SOURCE = "items_ins_v2_1000.json"
 GOAL_SHUFFLE_SEED = 233  # the original shuffles its goal list with random.seed(233)
 N_TEST = 200
+
+if TYPE_CHECKING:
+    from envs.webshop.search import SearchEngine
 
 
 @dataclass
@@ -119,6 +122,13 @@ class Catalog:
             "train": self.train_indices,
         }
         return json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()
+
+    @cached_property
+    def search_engine(self) -> SearchEngine:
+        """This catalog's BM25 index, built on first use (about a second) and kept with the catalog."""
+        from envs.webshop.search import SearchEngine
+
+        return SearchEngine(self.products)
 
     @cached_property
     def fingerprint(self) -> str:

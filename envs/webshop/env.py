@@ -27,19 +27,8 @@ from envs.base import EnvError, StepResult, Task
 from envs.webshop import pages
 from envs.webshop.catalog import Catalog, Goal, load_catalog
 from envs.webshop.reward import get_reward, spacy_model_name, title_noun_function
-from envs.webshop.search import SearchEngine
 
 _ACTION_RE = re.compile(r"^\s*([A-Za-z_]+)\s*\[(.*)\]\s*$", re.S)
-_ENGINES: dict[int, tuple[Catalog, SearchEngine]] = {}
-
-
-def engine_for(catalog: Catalog) -> SearchEngine:
-    """One BM25 index per loaded catalog (building it takes about a second)."""
-    hit = _ENGINES.get(id(catalog))
-    if hit is None or hit[0] is not catalog:
-        hit = (catalog, SearchEngine(catalog.products))
-        _ENGINES[id(catalog)] = hit
-    return hit[1]
 
 
 def parse_action(action: str) -> tuple[str, str | None]:
@@ -78,7 +67,7 @@ class WebShopEnv:
             spacy_model_name()  # spaCy or its model missing -> RuntimeError now, with the install hint
         self.title_nouns = title_nouns
         self.catalog = catalog if catalog is not None else load_catalog(data_path, num_products)
-        self.engine = engine_for(self.catalog)
+        self.engine = self.catalog.search_engine
         self.search_anywhere = search_anywhere
         self.invalid_feedback = invalid_feedback
         self._page: pages.Page | None = None

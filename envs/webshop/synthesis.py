@@ -33,7 +33,7 @@ from typing import Any
 from envs.base import Env, EnvError, Task
 from envs.webshop import pages
 from envs.webshop.catalog import Catalog, Goal, Product, load_catalog
-from envs.webshop.env import WebShopEnv, engine_for
+from envs.webshop.env import WebShopEnv
 from envs.webshop.oracle import plan
 from envs.webshop.reward import get_attribute_reward, get_reward, price_upper_for
 
@@ -152,7 +152,7 @@ class WebShopSynthesizer:
         options = {name: rng.choice(values) for name, values in sorted(product.options.items())}
         upper, _ = price_upper_for(catalog.prices[product.asin], rng)
         instruction = instruction_for(product, attrs, options, upper)
-        found = plan(catalog, engine_for(catalog), Goal(**goal_dict(product, attrs, options, upper, instruction)),
+        found = plan(catalog, catalog.search_engine, Goal(**goal_dict(product, attrs, options, upper, instruction)),
                      max_steps=MAX_STEPS)
         if found.query_kind == "not_found":
             return None
@@ -232,7 +232,7 @@ class WebShopSynthesizer:
         """The oracle's path: search, page to the target, pick the goal options, buy."""
         catalog = getattr(env, "catalog", None) or self.catalog
         goal = Goal(**task.meta["synthetic_goal"])
-        found = plan(catalog, engine_for(catalog), goal, max_steps=task.max_steps)
+        found = plan(catalog, catalog.search_engine, goal, max_steps=task.max_steps)
         if found.query_kind == "not_found":
             raise ValueError(f"no search finds {goal.asin} within {task.max_steps} steps")
         return list(found.actions)

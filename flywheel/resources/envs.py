@@ -1,6 +1,8 @@
+import threading
 from typing import Any
 
 import dagster as dg
+from pydantic import PrivateAttr
 
 from envs import check_env_options, configure_spec, get_benchmark
 from envs.base import BenchmarkSpec, Env, Task
@@ -36,6 +38,9 @@ class EnvResource(dg.ConfigurableResource):
     # Fields of a benchmark's spec, by benchmark name, e.g. {"<benchmark>": {"prompt": "compact"}}.
     spec_options: dict[str, dict[str, Any]] = {}
 
+    _specs: dict[str, BenchmarkSpec] = PrivateAttr(default_factory=dict)
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
     @setup_fails_once  # invalid configuration: the run fails once (flywheel.failures)
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """Fail the run at its first step, naming the fix, on unknown benchmarks or missing data."""
@@ -54,9 +59,30 @@ class EnvResource(dg.ConfigurableResource):
         if benchmark is not None:
             check_data(check_benchmark(benchmark, where="the run's partition", refs=refs), refs=refs)
 
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        self.close()
+
     def spec(self, benchmark: str) -> BenchmarkSpec:
-        spec = get_benchmark(check_benchmark(benchmark, refs=self.benchmark_refs), self.benchmark_refs)
-        return configure_spec(spec, self.spec_options.get(benchmark, {}))
+        """This resource's own copy of the benchmark's spec, configured by `spec_options`.
+
+        One per benchmark for the resource's lifetime (a run): the spec's caches and expert helpers
+        (a gold-path JVM, a worker process) are shared by the run's steps and ended by `close()`,
+        which Dagster calls when the run's execution ends.
+        """
+        with self._lock:
+            if benchmark not in self._specs:
+                spec = get_benchmark(check_benchmark(benchmark, refs=self.benchmark_refs), self.benchmark_refs)
+                self._specs[benchmark] = configure_spec(spec, self.spec_options.get(benchmark, {}))
+            return self._specs[benchmark]
+
+    def close(self) -> None:
+        """End the helpers of every spec this resource handed out (idempotent)."""
+        with self._lock:
+            specs, self._specs = list(self._specs.values()), {}
+        for spec in specs:
+            close = getattr(spec, "close", None)
+            if close is not None:
+                close()
 
     def tasks(self, benchmark: str, split: str) -> list[Task]:
         limit = self.train_limit if split == "train" else self.eval_limit
@@ -84,6 +110,6 @@ class EnvResource(dg.ConfigurableResource):
 
 def run_benchmark(context: dg.InitResourceContext) -> str | None:
     """The benchmark of the run's partition ("b" or "b|k"), if the run is partitioned."""
-    run = context.dagster_run
+    run = context.run
     key = run.tags.get("dagster/partition") if run is not None else None
     return key.split("|", 1)[0] if key else None

@@ -376,14 +376,18 @@ def _sample(split: str, count: int) -> list[Task]:
 
 @pytest.mark.parametrize("split", ["seen", "unseen"])
 def test_expert_paths_replay_to_success(split, root, env):
-    for task in _sample(split, 2):
-        result = solve_in_worker(root, split_folder(split), task.task_id)
-        actions, source = choose(result, list(task.meta["walkthrough"]), task.max_steps)
-        assert source in {"handcoded", "walkthrough"} and 0 < len(actions) <= task.max_steps
-        env.reset(task)
-        outcomes = [env.step(action) for action in actions]
-        assert outcomes[-1].success, (task.task_id, source)
-        assert not any(o.success for o in outcomes[:-1])
+    worker = alf_worker.WorkerClient(timeout_s=600.0)
+    try:
+        for task in _sample(split, 2):
+            result = solve_in_worker(worker, root, split_folder(split), task.task_id)
+            actions, source = choose(result, list(task.meta["walkthrough"]), task.max_steps)
+            assert source in {"handcoded", "walkthrough"} and 0 < len(actions) <= task.max_steps
+            env.reset(task)
+            outcomes = [env.step(action) for action in actions]
+            assert outcomes[-1].success, (task.task_id, source)
+            assert not any(o.success for o in outcomes[:-1])
+    finally:
+        worker.stop()
 
 
 def test_spec_expert_actions_uses_handcoded_expert(root, tmp_path, monkeypatch):

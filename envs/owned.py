@@ -1,0 +1,59 @@
+"""A helper process owned by one object: started on first use, closed by its owner.
+
+Benchmarks need long-lived helpers to compute expert paths: ScienceWorld a JVM, ALFWorld a
+TextWorld worker process. Each belongs to the benchmark spec object that uses it (a run's
+`EnvResource` holds one spec per benchmark and closes it when the run ends), not to the module:
+two specs never share one, and nothing is a process-wide singleton. A finalizer still ends the
+process at interpreter exit if its owner never called `close()`.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+def _close_box(box: list, close: Callable) -> None:
+    helper, box[0] = box[0], None
+    if helper is not None:
+        close(helper)
+
+
+class OwnedProcess(Generic[T]):
+    """`use()` hands out the live helper under a lock, starting it (or replacing a dead one)."""
+
+    def __init__(self, start: Callable[[], T], *, close: Callable[[T], None],
+                 alive: Callable[[T], bool] = lambda _: True) -> None:
+        self._start, self._close, self._alive = start, close, alive
+        self._box: list[T | None] = [None]  # the finalizer holds the box, not self
+        self._lock = threading.Lock()
+        self._finalizer = weakref.finalize(self, _close_box, self._box, close)
+        self.starts = 0  # how many times a helper was started (a dead one counts again)
+
+    @contextmanager
+    def use(self) -> Iterator[T]:
+        with self._lock:
+            helper = self._box[0]
+            if helper is None or not self._alive(helper):
+                _close_box(self._box, self._close)
+                helper = self._box[0] = self._start()
+                self.starts += 1
+            yield helper
+
+    @property
+    def running(self) -> bool:
+        return self._box[0] is not None
+
+    def close(self) -> None:
+        """End the helper (idempotent); the next `use()` starts a new one."""
+        with self._lock:
+            _close_box(self._box, self._close)
+
+    def __deepcopy__(self, memo: dict) -> OwnedProcess[T]:
+        """A copy of its owner gets its own, not-yet-started helper."""
+        return OwnedProcess(self._start, close=self._close, alive=self._alive)

@@ -1,0 +1,115 @@
+"""Expert helpers (a JVM, a worker process) are owned by a spec, and a run's EnvResource ends them.
+
+A spec defined here by reference (a tiny benchmark whose gold paths "need" a helper process, as
+ScienceWorld's need a JVM) stands in for the real ones, so the lifetime is tested without Java.
+"""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+import dagster as dg
+import psutil
+
+from envs import configure_spec
+from envs.base import Task
+from envs.owned import OwnedProcess
+from flywheel.resources.envs import EnvResource
+from tests.tinybench import TinySpec
+
+
+def _sleeper() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def _helper() -> OwnedProcess[subprocess.Popen]:
+    return OwnedProcess(_sleeper, close=_stop, alive=lambda p: p.poll() is None)
+
+
+@dataclass(frozen=True)
+class HelperSpec(TinySpec):
+    name: str = "helpertiny"
+    _helper: OwnedProcess[subprocess.Popen] = field(default_factory=_helper, init=False, repr=False, compare=False)
+
+    def expert_actions(self, task: Task) -> list[str]:
+        with self._helper.use():
+            return super().expert_actions(task)
+
+    def helper_pid(self) -> int:
+        with self._helper.use() as proc:
+            return proc.pid
+
+    def close(self) -> None:
+        self._helper.close()
+
+
+SPEC = HelperSpec()
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_owned_process_starts_once_restarts_a_dead_one_and_closes():
+    owned = _helper()
+    assert not owned.running and owned.starts == 0  # lazy: nothing until first use
+    with owned.use() as first:
+        pass
+    with owned.use() as again:
+        assert again is first and owned.starts == 1
+    first.kill()
+    first.wait()
+    with owned.use() as second:
+        assert second is not first and owned.starts == 2  # a dead helper is replaced
+    owned.close()
+    owned.close()  # idempotent
+    assert not owned.running and _gone(second.pid)
+
+
+def test_an_unclosed_helper_ends_when_its_owner_is_collected():
+    owned = _helper()
+    with owned.use() as proc:
+        pid = proc.pid
+    del owned, proc
+    gc.collect()
+    assert _gone(pid)
+
+
+def test_each_configured_spec_has_its_own_helper():
+    a, b = configure_spec(SPEC, {}), configure_spec(SPEC, {})
+    assert a is not SPEC and a is not b and a == b  # equal values, separate helpers
+    try:
+        assert a.helper_pid() != b.helper_pid()
+        assert not SPEC._helper.running  # the registry's value never starts one
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_runs_env_resource_owns_one_spec_per_benchmark_and_ends_its_helpers():
+    @dg.asset
+    def gold(envs: EnvResource) -> int:
+        spec = envs.spec("helpertiny")
+        assert envs.spec("helpertiny") is spec  # one spec per benchmark for the run
+        task = spec.load_tasks("train")[0]
+        assert spec.expert_actions(task) == spec.expert_actions(task)
+        assert spec._helper.starts == 1  # both gold paths on one helper
+        return spec.helper_pid()
+
+    resource = EnvResource(benchmark_refs={"helpertiny": "tests.test_owned_helpers:SPEC"})
+    result = dg.materialize([gold], resources={"envs": resource})
+    assert result.success
+    pid = result.output_for_node("gold")
+    assert _gone(pid)  # ended when the run's execution ended, not at interpreter exit
+    assert not SPEC._helper.running
