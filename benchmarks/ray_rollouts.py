@@ -22,6 +22,7 @@ from _common import print_table, write_json
 from envs import get_benchmark
 from flywheel.policy.inference import TransformersGenerator
 from flywheel.policy.models import build_tiny_model
+from flywheel.prompting import PromptShape
 from flywheel.rollout import RolloutConfig, run_rollouts
 from flywheel.rollout_ray import RayOptions
 from flywheel.settings import SMOLLM2_DIR
@@ -42,7 +43,7 @@ class TimedGenerator:
 
 def measure(spec, tasks, generator, backend: str, args) -> dict:
     cfg = RolloutConfig(temperature=1.0, max_new_tokens=args.max_new_tokens, parallel_envs=args.parallel,
-                        max_steps=args.max_steps, max_observation_chars=400, backend=backend,
+                        max_steps=args.max_steps, prompt=PromptShape(max_observation_chars=400), backend=backend,
                         ray=RayOptions(env_actor_cpus=args.actor_cpus, envs_per_actor=args.envs_per_actor))
     timed = TimedGenerator(generator)
     t0 = time.perf_counter()

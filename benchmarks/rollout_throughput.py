@@ -18,6 +18,7 @@ from _common import print_table, write_json
 from envs import get_benchmark
 from flywheel.policy.inference import TransformersGenerator
 from flywheel.policy.models import build_tiny_model
+from flywheel.prompting import PromptShape
 from flywheel.rollout import RolloutConfig, run_rollouts
 from flywheel.settings import SMOLLM2_DIR
 
@@ -44,7 +45,7 @@ def measure(spec, tasks, generator, parallel: int, max_steps: int, max_new_token
     trajs = run_rollouts(jobs, make_env=make_env, generator=generator, instructions=spec.system_prompt(),
                          normalize_action=spec.normalize_action,
                          cfg=RolloutConfig(temperature=1.0, max_new_tokens=max_new_tokens, parallel_envs=parallel,
-                                           max_steps=max_steps, max_observation_chars=400))
+                                           max_steps=max_steps, prompt=PromptShape(max_observation_chars=400)))
     wall = time.perf_counter() - t0
     steps = sum(len(t.steps) for t in trajs)
     tokens = sum(s.completion_tokens for t in trajs for s in t.steps)

@@ -45,6 +45,34 @@ def check_history_mode(mode: str) -> str:
 
 
 @dataclass(frozen=True)
+class PromptShape:
+    """How every step's prompt is built: declared once here, the same for SFT examples, rollouts
+    and evaluation (a checkpoint is played with the prompts it was trained on).
+
+    `history_mode`: "fused" (BPO's plan + action history) or "react" (the full-history baseline);
+    `history_window`: keep the last N past steps (None = all); `max_observation_chars`: clip past
+    observations to this (the latest one stays whole). The policy resource exposes these three
+    fields flat (`policy.history_window`, ...) and builds one `PromptShape` for training and rollouts.
+    """
+
+    history_mode: str = "fused"
+    history_window: int | None = None
+    max_observation_chars: int | None = None
+
+    def __post_init__(self) -> None:
+        check_history_mode(self.history_mode)
+
+    def messages(self, env_instructions: str, initial_observation: str, history: list[HistoryItem]) -> list[Message]:
+        """The chat messages for the next step."""
+        return build_messages(env_instructions, initial_observation, history, history_window=self.history_window,
+                              max_observation_chars=self.max_observation_chars, history_mode=self.history_mode)
+
+    def response(self, thought: str, plan: str, action: str) -> str:
+        """The answer the model is trained to write at a step."""
+        return format_response(thought, plan, action, history_mode=self.history_mode)
+
+
+@dataclass(frozen=True)
 class HistoryItem:
     plan: str
     action: str

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from envs.base import Env, EnvError, StepResult, Task
 from flywheel.policy.inference import Generator
-from flywheel.prompting import INVALID_FORMAT_OBSERVATION, HistoryItem, build_messages, parse_response
+from flywheel.prompting import INVALID_FORMAT_OBSERVATION, HistoryItem, PromptShape, parse_response
 from flywheel.rollout_ray import RayOptions
 from flywheel.store import Store
 from flywheel.trajectory import Source, Step, Trajectory
@@ -37,9 +37,7 @@ class RolloutConfig:
     max_new_tokens: int = 256
     parallel_envs: int = 8
     max_steps: int | None = None  # cap on top of each task's own limit
-    history_window: int | None = None
-    max_observation_chars: int | None = None
-    history_mode: str = "fused"  # prompt shape (flywheel.prompting): "fused" or "react"
+    prompt: PromptShape = PromptShape()  # history mode, window and clipping (flywheel.prompting)
     max_env_retries: int = 2
     seed: int = 0
     # Where env slots live: "local" (this process) or "ray" (Ray actors; see flywheel.rollout_ray).
@@ -243,11 +241,7 @@ def _play(
         while any(s.episode for s in slots):
             live = [s for s in slots if s.episode]
             prompts = [
-                build_messages(
-                    instructions, s.episode.initial_observation, s.episode.history,
-                    history_window=cfg.history_window, max_observation_chars=cfg.max_observation_chars,
-                    history_mode=cfg.history_mode,
-                )
+                cfg.prompt.messages(instructions, s.episode.initial_observation, s.episode.history)
                 for s in live
             ]
             gens = generator.generate(

@@ -183,3 +183,37 @@ def test_the_shipped_example_profile_loads():
     assert profile.benchmarks == ("webshop", "scienceworld") and profile.max_iteration == 4
     res = profile.resources()
     assert res["loop"].max_iterations == 3 and res["envs"].spec_options["webshop"] == {"prompt": "compact"}
+
+
+def test_each_policy_knob_is_declared_once_with_its_configs_default():
+    """The policy resource exposes the knobs of TrainConfig, RolloutConfig and PromptShape under
+    their own names and defaults, and hands every one of them on (no second default, no drop)."""
+    import dataclasses
+
+    from flywheel.policy.training import TrainConfig
+    from flywheel.prompting import PromptShape
+    from flywheel.resources.policy import PolicyResource
+    from flywheel.rollout import RolloutConfig
+
+    resource_fields = PolicyResource.model_fields
+    shared = 0
+    for config in (TrainConfig, RolloutConfig, PromptShape):
+        for f in dataclasses.fields(config):
+            if f.name in resource_fields and f.name != "ray":  # `ray` is the cluster config, turned into options
+                shared += 1
+                assert resource_fields[f.name].default == f.default, (config.__name__, f.name)
+    assert resource_fields["max_train_steps"].default == TrainConfig.max_steps
+    assert shared >= 14
+
+    changed = PolicyResource(epochs=1.5, learning_rate=1e-3, batch_size=3, max_length=99, max_train_steps=7, lora=True,
+                             lora_r=4, gradient_checkpointing=True, seed=5, temperature=0.3, max_new_tokens=17,
+                             parallel_envs=3, history_mode="react", history_window=2, max_observation_chars=50)
+    shape = PromptShape(history_mode="react", history_window=2, max_observation_chars=50)
+    assert changed.train_config() == TrainConfig(epochs=1.5, learning_rate=1e-3, batch_size=3, max_length=99, max_steps=7,
+                                                 lora=True, lora_r=4, lora_alpha=8, seed=5, gradient_checkpointing=True,
+                                                 prompt=shape)
+    rollout = changed.rollout_config(max_steps=4)
+    assert rollout == RolloutConfig(temperature=0.3, max_new_tokens=17, parallel_envs=3, max_steps=4, prompt=shape, seed=5)
+    assert changed.rollout_config(evaluation=True).temperature == 0.0
+    with pytest.raises(ValueError, match="history_mode must be one of fused, react"):
+        PolicyResource(history_mode="chat").prompt_shape()

@@ -21,7 +21,7 @@ import pytest
 from envs import get_benchmark
 from flywheel.policy.inference import Generation, TransformersGenerator
 from flywheel.policy.models import build_tiny_model
-from flywheel.prompting import format_response
+from flywheel.prompting import PromptShape, format_response
 from flywheel.resources import TransformersPolicy
 from flywheel.resources.ray_cluster import RayConfig
 from flywheel.rollout import RolloutConfig, resume_rollouts, run_rollouts
@@ -116,7 +116,7 @@ def test_ray_backend_writes_the_same_rows_as_local(cluster, tiny, tmp_path, benc
     tasks = tasks_of(benchmark, 3)
     jobs = [(t, s) for t in tasks for s in range(2)]
     base = RolloutConfig(temperature=0.0, max_new_tokens=24, parallel_envs=4, max_steps=MAX_STEPS[benchmark],
-                         max_observation_chars=300)
+                         prompt=PromptShape(max_observation_chars=300))
     ray_cfg = replace(base, backend="ray", ray=OPTS)
     policies = {"tiny": lambda: TransformersGenerator(tiny, max_batch_size=4, model_id="tiny"),
                 "expert": lambda: ExpertGenerator(tasks, spec)}

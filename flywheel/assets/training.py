@@ -100,8 +100,7 @@ def sft_checkpoint(
         trajs, ordered, _ = grade(trajs, scored, edges=curriculum.train_edges(benchmark), mode=mode, seed=cfg.seed)
         cfg = replace(cfg, order="given")
     write_training_order(db, benchmark, k, ordered, mode=mode)
-    examples = sft_examples(trajs, lambda _t: instructions, history_window=cfg.history_window,
-                            max_observation_chars=cfg.max_observation_chars, history_mode=cfg.history_mode)
+    examples = sft_examples(trajs, lambda _t: instructions, cfg.prompt)
     fingerprint = training_fingerprint(start_model, examples, cfg)
     if (reused := reusable_checkpoint(db, benchmark, k, fingerprint)) is not None:
         context.log.info(f"sft_checkpoint {benchmark}|{k}: reusing {reused['checkpoint_id']} at {reused['path']} "

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-from flywheel.prompting import build_messages, format_response, history_from_steps
+from flywheel.prompting import PromptShape, history_from_steps
 from flywheel.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
@@ -37,10 +37,8 @@ class TrainConfig:
     seed: int = 0
     # "shuffle": the usual random order; "given": keep the dataset's order (curriculum).
     order: Literal["shuffle", "given"] = "shuffle"
-    history_window: int | None = None
-    max_observation_chars: int | None = None
-    # Prompt shape (flywheel.prompting): "fused" quaternions, or "react" (full-history ReAct baseline).
-    history_mode: str = "fused"
+    # How each example's prompt is built (flywheel.prompting): the rollouts use the same shape.
+    prompt: PromptShape = PromptShape()
     # bf16 autocast: None = on for CUDA and for CPUs with native bf16 (AMX / AVX512-BF16), where it
     # measured ~1.7x faster than fp32 for SmolLM2 SFT on this project's 2-core machine.
     bf16: bool | None = None
@@ -71,21 +69,15 @@ class TrainResult:
 def sft_examples(
     trajs: Sequence[Trajectory],
     instructions: Callable[[Trajectory], str],
-    *,
-    history_window: int | None = None,
-    max_observation_chars: int | None = None,
-    history_mode: str = "fused",
+    shape: PromptShape | None = None,
 ) -> list[dict]:
-    """Prompt/completion rows, in the trajectories' order, one per step."""
+    """Prompt/completion rows, in the trajectories' order, one per step, prompts shaped by `shape`."""
+    shape = shape or PromptShape()
     rows = []
     for tr in trajs:
         for t, step in enumerate(tr.steps):
-            prompt = build_messages(
-                instructions(tr), tr.initial_observation, history_from_steps(tr.steps, upto=t),
-                history_window=history_window, max_observation_chars=max_observation_chars,
-                history_mode=history_mode,
-            )
-            answer = format_response(step.thought, step.plan, step.action, history_mode=history_mode)
+            prompt = shape.messages(instructions(tr), tr.initial_observation, history_from_steps(tr.steps, upto=t))
+            answer = shape.response(step.thought, step.plan, step.action)
             completion = [{"role": "assistant", "content": answer}]
             rows.append({"prompt": prompt, "completion": completion, "task_id": tr.task_id, "t": t})
     return rows
@@ -94,6 +86,7 @@ def sft_examples(
 def training_fingerprint(base_model: str | Path, examples: list[dict], cfg: TrainConfig) -> str:
     """Identity of a training job: same base model, examples (in order) and config -> same fingerprint."""
     config = asdict(cfg)
+    config.update(config.pop("prompt"))  # flat, as before `PromptShape`: old fingerprints stay valid
     if config.get("history_mode") == "fused":  # the default: fingerprints from before the field stay valid
         config.pop("history_mode")
     payload = json.dumps({"base_model": str(base_model), "config": config,

@@ -1,3 +1,4 @@
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -7,7 +8,7 @@ from pydantic import PrivateAttr
 from flywheel.failures import setup_fails_once
 from flywheel.policy.inference import Generator, OpenAICompatibleGenerator, TransformersGenerator
 from flywheel.policy.training import TrainConfig, TrainResult, train_sft
-from flywheel.prompting import check_history_mode
+from flywheel.prompting import PromptShape
 from flywheel.resources.ray_cluster import RayConfig, check_backend
 from flywheel.rollout import RolloutConfig
 from flywheel.settings import DEFAULT_RUNS_DIR, REPO_ROOT, SMOLLM2_DIR
@@ -15,34 +16,41 @@ from flywheel.validation import BOUNDS, ConfigurationError, check_model_path, ch
 
 
 class PolicyResource(dg.ConfigurableResource):
-    """Base model, SFT knobs and rollout knobs; subclasses choose the inference backend."""
+    """Base model, SFT knobs and rollout knobs; subclasses choose the inference backend.
+
+    Each knob is declared once, in the plain config it feeds (`TrainConfig`, `RolloutConfig`,
+    `PromptShape`): this resource exposes it under the same name with that config's default,
+    and `train_config()` / `rollout_config()` copy the same-named fields across
+    (`tests/test_profile.py` checks names and defaults agree).
+    """
 
     base_model_path: str = str(SMOLLM2_DIR)
     checkpoints_dir: str = str(DEFAULT_RUNS_DIR / "checkpoints")
-    # SFT
-    epochs: float = 2.0
-    learning_rate: float = 5e-5
-    batch_size: int = 8
-    max_length: int = 3072
-    max_train_steps: int = -1
-    lora: bool = False
-    lora_r: int = 16
-    gradient_checkpointing: bool = False  # on for large models on GPUs (memory), off for small ones (speed)
+    # SFT (TrainConfig)
+    epochs: float = TrainConfig.epochs
+    learning_rate: float = TrainConfig.learning_rate
+    batch_size: int = TrainConfig.batch_size
+    max_length: int = TrainConfig.max_length
+    max_train_steps: int = TrainConfig.max_steps  # TrainConfig.max_steps (max_steps here would read as env steps)
+    lora: bool = TrainConfig.lora
+    lora_r: int = TrainConfig.lora_r
+    gradient_checkpointing: bool = TrainConfig.gradient_checkpointing  # on for big models on GPUs, off for small ones
     # Where checkpoint k > 0 starts: "base" (the base model, on seeds + curriculum + every gated
     # success so far) or "previous" (checkpoint k-1, on gate k-1's new successes plus as many
     # replayed seed/curriculum trajectories: far fewer SFT tokens per iteration).
     refine_from: str = "base"
-    # rollouts
+    # rollouts (RolloutConfig)
     samples_per_task: int = 2
-    temperature: float = 0.7
-    eval_temperature: float = 0.0
-    max_new_tokens: int = 256
-    parallel_envs: int = 8
-    history_window: int | None = None
-    max_observation_chars: int | None = None
-    # Prompt shape for SFT and rollouts alike: "fused" (BPO) or "react" (full-history ReAct baselines).
-    history_mode: str = "fused"
-    seed: int = 0
+    temperature: float = RolloutConfig.temperature
+    eval_temperature: float = 0.0  # evaluation is greedy
+    max_new_tokens: int = RolloutConfig.max_new_tokens
+    parallel_envs: int = RolloutConfig.parallel_envs
+    # Prompt shape for SFT and rollouts alike (PromptShape): "fused" (BPO) or "react" (the ReAct
+    # baselines), how many past steps a prompt keeps, and how long past observations may be.
+    history_mode: str = PromptShape.history_mode
+    history_window: int | None = PromptShape.history_window
+    max_observation_chars: int | None = PromptShape.max_observation_chars
+    seed: int = TrainConfig.seed
     # Where rollouts and SFT run: "local" (this process) or "ray" (the cluster in `ray`; README "Scaling out on Ray").
     rollout_backend: str = "local"
     sft_backend: str = "local"
@@ -60,24 +68,25 @@ class PolicyResource(dg.ConfigurableResource):
         if selection is None or dg.AssetKey("sft_checkpoint") in selection:
             check_model_path(self.base_model_path)
 
+    def prompt_shape(self) -> PromptShape:
+        """The one prompt shape of this policy's SFT examples, rollouts and evaluations."""
+        return PromptShape(**self._same_named(PromptShape))
+
     def train_config(self) -> TrainConfig:
-        return TrainConfig(
-            epochs=self.epochs, learning_rate=self.learning_rate, batch_size=self.batch_size,
-            max_length=self.max_length, max_steps=self.max_train_steps, lora=self.lora, lora_r=self.lora_r,
-            lora_alpha=2 * self.lora_r, seed=self.seed, history_window=self.history_window,
-            max_observation_chars=self.max_observation_chars, history_mode=check_history_mode(self.history_mode),
-            gradient_checkpointing=self.gradient_checkpointing,
-        )
+        return TrainConfig(**{**self._same_named(TrainConfig), "max_steps": self.max_train_steps,
+                              "lora_alpha": 2 * self.lora_r, "prompt": self.prompt_shape()})
 
     def rollout_config(self, *, evaluation: bool = False, max_steps: int | None = None) -> RolloutConfig:
-        return RolloutConfig(
-            temperature=self.eval_temperature if evaluation else self.temperature,
-            max_new_tokens=self.max_new_tokens, parallel_envs=self.parallel_envs, max_steps=max_steps,
-            history_window=self.history_window, max_observation_chars=self.max_observation_chars,
-            history_mode=check_history_mode(self.history_mode), seed=self.seed,
-            backend=check_backend(self.rollout_backend, "policy.rollout_backend"),  # type: ignore[arg-type]
-            ray=self.ray_options() if self.rollout_backend == "ray" else None,
-        )
+        return RolloutConfig(**{
+            **self._same_named(RolloutConfig), "max_steps": max_steps, "prompt": self.prompt_shape(),
+            "temperature": self.eval_temperature if evaluation else self.temperature,
+            "backend": check_backend(self.rollout_backend, "policy.rollout_backend"),
+            "ray": self.ray_options() if self.rollout_backend == "ray" else None,
+        })
+
+    def _same_named(self, config: type) -> dict[str, Any]:
+        """This resource's values of the fields `config` (a plain dataclass) shares with it by name."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(config) if f.name in type(self).model_fields}
 
     def ray_options(self):
         check_backend(self.rollout_backend, "policy.rollout_backend")
