@@ -9,12 +9,29 @@ import sys
 import time
 from pathlib import Path
 
-# The demo's numeric flags and the option names their bounds live under (flywheel/validation.py).
-DEMO_OPTIONS = {"train_tasks": "train_limit", "eval_tasks": "eval_limit", "samples": "samples_per_task",
-                "iterations": "iterations", "max_steps": "max_steps", "epochs": "epochs", "lr": "learning_rate",
-                "max_train_steps": "max_train_steps", "batch_size": "batch_size", "max_new_tokens": "max_new_tokens",
-                "parallel_envs": "parallel_envs", "dtype": "dtype", "torch_threads": "torch_threads",
-                "history_window": "history_window", "max_observation_chars": "max_observation_chars"}
+# Every demo flag that sets a resource field, declared once: flag -> (resource section, field, the
+# demo's default, help). The parser, the bounds check (flywheel/validation.py, under the field's name)
+# and `demo_resources` are all built from this table. `inference` rows apply to the in-process
+# transformers policy only.
+DEMO_FIELDS: dict[str, tuple[str, str, object, str]] = {
+    "train_tasks": ("envs", "train_limit", 16, "training tasks (seeds and rollouts)"),
+    "eval_tasks": ("envs", "eval_limit", 6, "evaluation tasks per split"),
+    "max_steps": ("envs", "max_steps", 8, "env steps per episode"),
+    "samples": ("policy", "samples_per_task", 2, "rollouts per training task and iteration"),
+    "epochs": ("policy", "epochs", 3.0, "SFT epochs (when --max-train-steps is -1)"),
+    "lr": ("policy", "learning_rate", 2e-4, "SFT learning rate"),
+    "max_train_steps": ("policy", "max_train_steps", 20, "SFT optimizer steps per checkpoint (-1: use epochs)"),
+    "batch_size": ("policy", "batch_size", 8, "SFT batch size"),
+    "max_new_tokens": ("policy", "max_new_tokens", 192, "generation budget per step"),
+    "parallel_envs": ("policy", "parallel_envs", 12, "envs played side by side (one generation batch)"),
+    "history_window": ("policy", "history_window", 6, "past (plan, action, observation) steps in a prompt"),
+    "max_observation_chars": ("policy", "max_observation_chars", 400, "observations in the history cut to this"),
+    "dtype": ("inference", "dtype", "auto", "inference dtype: auto (bfloat16 where the CPU/GPU has it natively, "
+              "else float32), float32, bfloat16, float16"),
+    "torch_threads": ("inference", "torch_threads", 0, "0 = torch default; 1 on a busy machine"),
+}
+# Numeric flags checked against the bounds of the option named on the right (iterations is the run's, not a field).
+DEMO_OPTIONS = {"iterations": "iterations", **{flag: field for flag, (_, field, _, _) in DEMO_FIELDS.items()}}
 
 
 def validate_demo_args(args: argparse.Namespace) -> None:
@@ -65,18 +82,18 @@ def demo_resources(args: argparse.Namespace) -> dict:
     sections = {name: dict(fields) for name, fields in profile.sections.items()}
     sections.setdefault("envs", {}).update(
         task_types={b: types} if (types := demo_task_types(args, spec)) else {},
-        train_limit=args.train_tasks, eval_limit=args.eval_tasks, max_steps=args.max_steps,
         spec_options={b: spec_options} if spec_options else {},
         env_options={b: env_options} if env_options else {},
     )
-    sections.setdefault("policy", {}).update(
-        epochs=args.epochs, learning_rate=args.lr, batch_size=args.batch_size, max_train_steps=args.max_train_steps,
-        samples_per_task=args.samples, temperature=0.7, max_new_tokens=args.max_new_tokens,
-        parallel_envs=args.parallel_envs, history_window=args.history_window,
-        max_observation_chars=args.max_observation_chars,
-    )
-    if profile.policy_backend == "transformers":  # in-process generation knobs
-        sections["policy"].update(max_batch_size=args.parallel_envs, dtype=args.dtype, torch_threads=args.torch_threads)
+    in_process = profile.policy_backend == "transformers"  # generation knobs of the in-process policy
+    for flag, (section, field, _, _) in DEMO_FIELDS.items():
+        if section == "inference":
+            if not in_process:
+                continue
+            section = "policy"
+        sections.setdefault(section, {})[field] = getattr(args, flag)
+    if in_process:
+        sections["policy"]["max_batch_size"] = args.parallel_envs
     return build_resources(sections, policy_backend=profile.policy_backend, where="demo",
                            runs_dir=runs, model_path=args.model, max_iteration=profile.max_iteration,
                            benchmark_refs=profile.benchmark_refs)
@@ -315,23 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--runs-dir", default=None, help="store and checkpoints (default: the profile's runs_dir/demo)")
     demo.add_argument("--task-types", nargs="*", default=None,
                       help="default: the benchmark's demo task types (`demo_task_types` in its spec), else all tasks")
-    demo.add_argument("--train-tasks", type=int, default=16, help="training tasks (seeds and rollouts)")
-    demo.add_argument("--eval-tasks", type=int, default=6, help="evaluation tasks per split")
-    demo.add_argument("--samples", type=int, default=2, help="rollouts per training task and iteration")
     demo.add_argument("--iterations", type=int, default=1, help="gated self-refinement iterations after k=0")
-    demo.add_argument("--max-steps", type=int, default=8, help="env steps per episode")
-    demo.add_argument("--epochs", type=float, default=3.0, help="SFT epochs (when --max-train-steps is -1)")
-    demo.add_argument("--lr", type=float, default=2e-4, help="SFT learning rate")
-    demo.add_argument("--max-train-steps", type=int, default=20, help="SFT optimizer steps per checkpoint (-1: use epochs)")
-    demo.add_argument("--batch-size", type=int, default=8, help="SFT batch size")
-    demo.add_argument("--max-new-tokens", type=int, default=192, help="generation budget per step")
-    demo.add_argument("--parallel-envs", type=int, default=12, help="envs played side by side (one generation batch)")
-    demo.add_argument("--dtype", default="auto",
-                      help="inference dtype: auto (bfloat16 where the CPU/GPU has it natively, else float32), "
-                           "float32, bfloat16, float16")
-    demo.add_argument("--torch-threads", type=int, default=0, help="0 = torch default; 1 on a busy machine")
-    demo.add_argument("--history-window", type=int, default=6, help="past (plan, action, observation) steps in a prompt")
-    demo.add_argument("--max-observation-chars", type=int, default=400, help="observations in the history cut to this")
+    for flag, (_, _, default, help_text) in DEMO_FIELDS.items():
+        demo.add_argument("--" + flag.replace("_", "-"), type=type(default), default=default, help=help_text)
     demo.add_argument("--spec-option", action="append", metavar="KEY=VALUE",
                       help="a field of the benchmark's spec (repeatable; default: the spec's `demo_spec_options`)")
     demo.add_argument("--env-option", action="append", metavar="KEY=VALUE",

@@ -20,6 +20,21 @@ def test_demo_defaults_use_the_small_model_settings_on_scienceworld(tmp_path):
     assert res["store"].path == str(tmp_path / "flywheel.duckdb")
 
 
+def test_every_demo_flag_reaches_the_field_it_names(tmp_path):
+    from flywheel.cli import DEMO_FIELDS
+
+    argv = ["demo", "--runs-dir", str(tmp_path)]
+    expected = {}
+    for flag, (section, field, default, _) in DEMO_FIELDS.items():
+        value = "float32" if field == "dtype" else default + 1  # a value that is not the default
+        argv += ["--" + flag.replace("_", "-"), str(value)]
+        expected[("policy" if section == "inference" else section, field)] = value
+    res = demo_resources(build_parser().parse_args(argv))
+    for (section, field), value in expected.items():
+        assert getattr(res[section], field) == value, (section, field)
+    assert res["policy"].max_batch_size == expected[("policy", "parallel_envs")]
+
+
 def test_demo_on_another_benchmark_passes_no_scienceworld_options(tmp_path):
     args = build_parser().parse_args(["demo", "--benchmark", "webshop", "--runs-dir", str(tmp_path)])
     envs = demo_resources(args)["envs"]
