@@ -46,6 +46,7 @@ def base_resources(tmp_path, policy):
     }
 
 
+@pytest.mark.slow  # ~50 s; the default suite runs the chain on tests/tinybench and on real WebShop
 def test_whole_chain_tiny_model(tmp_path, tiny):
     policy = TransformersPolicy(base_model_path=tiny, checkpoints_dir=str(tmp_path / "ck"), epochs=1,
                                 max_new_tokens=24, samples_per_task=1, parallel_envs=2, batch_size=4)
@@ -85,6 +86,7 @@ def test_whole_chain_tiny_model(tmp_path, tiny):
     assert db.query("SELECT count(*) FROM trajectories WHERE iteration = 1").item() == 2
 
 
+@pytest.mark.slow  # ~30 s; tests/test_tiny_benchmark.py covers k=0 -> gate -> k=1 in the default suite
 def test_gated_successes_flow_into_next_iteration(tmp_path, tiny):
     res = base_resources(tmp_path, None)
     res["envs"] = EnvResource(task_types={BENCH: ["find-non-living-thing"]}, train_limit=2, eval_limit=1)

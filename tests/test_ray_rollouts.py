@@ -181,6 +181,7 @@ def test_killed_env_actor_replays_its_episodes_on_another_actor(cluster, tmp_pat
     assert got == undisturbed  # replayed from the start: no step recorded twice, nothing lost
 
 
+@pytest.mark.slow  # ~30 s; the replay-on-another-actor kill test stays in the default suite
 def test_killed_env_actor_without_retries_marks_its_episodes_errored_once(cluster, tmp_path):
     spec = get_benchmark("webshop")
     tasks = tasks_of("webshop", 2)

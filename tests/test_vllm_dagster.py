@@ -40,7 +40,7 @@ def run(defs, job, key, assets, instance):
     )
 
 
-@pytest.mark.parametrize("keep_server", [False, True])
+@pytest.mark.parametrize("keep_server", [pytest.param(False, marks=pytest.mark.slow), True])  # one server per run: slow tier
 def test_rollouts_and_evaluation_on_the_managed_server(tmp_path, tiny, keep_server):
     log = tmp_path / "stub.jsonl"
     policy = ManagedVLLMPolicy(
