@@ -65,3 +65,21 @@ def test_gradient_checkpointing_is_what_the_config_says(tmp_path, tiny, monkeypa
     assert seen["args"] is on
     if not on:
         assert seen["model"] is False  # nothing switched it on behind the config's back
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_group_by_length_batches_examples_of_similar_length(tiny, tmp_path, monkeypatch, grouped):
+    import trl
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    seen = {}
+    real = trl.SFTTrainer.train
+
+    def spy(self, *args, **kwargs):
+        seen["sampler"] = self._get_train_sampler()
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(trl.SFTTrainer, "train", spy)
+    rows = sft_examples([make_traj(n=4)], lambda t: "instr")
+    train_sft(tiny, rows, tmp_path / "ck", TrainConfig(max_steps=1, batch_size=2, group_by_length=grouped))
+    assert isinstance(seen["sampler"], LengthGroupedSampler) is grouped

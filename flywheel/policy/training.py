@@ -37,6 +37,11 @@ class TrainConfig:
     seed: int = 0
     # "shuffle": the usual random order; "given": keep the dataset's order (curriculum).
     order: Literal["shuffle", "given"] = "shuffle"
+    # With order "shuffle": batches of similar length (transformers' LengthGroupedSampler: random
+    # mega-batches, sorted inside), so fewer pad tokens are computed. On cpu-scienceworld-quick's 159
+    # k=0 examples (462-946 tokens), random batches of 8 are 81% real tokens, length-grouped 98%.
+    # Off by default: it changes which examples share a batch (and so the fingerprint).
+    group_by_length: bool = False
     # How each example's prompt is built (flywheel.prompting): the rollouts use the same shape.
     prompt: PromptShape = PromptShape()
     # bf16 autocast: None = on for CUDA and for CPUs with native bf16 (AMX / AVX512-BF16), where it
@@ -87,8 +92,9 @@ def training_fingerprint(base_model: str | Path, examples: list[dict], cfg: Trai
     """Identity of a training job: same base model, examples (in order) and config -> same fingerprint."""
     config = asdict(cfg)
     config.update(config.pop("prompt"))  # flat, as before `PromptShape`: old fingerprints stay valid
-    if config.get("history_mode") == "fused":  # the default: fingerprints from before the field stay valid
-        config.pop("history_mode")
+    for name, default in (("history_mode", "fused"), ("group_by_length", False)):
+        if config.get(name) == default:  # defaults of fields added later: older fingerprints stay valid
+            config.pop(name)
     payload = json.dumps({"base_model": str(base_model), "config": config,
                           "examples": [[r["prompt"], r["completion"]] for r in examples]}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
@@ -172,6 +178,7 @@ def train_sft(
         bf16=cfg.bf16 if cfg.bf16 is not None else (torch.cuda.is_available() or cpu_has_bf16()),
         gradient_checkpointing=cfg.gradient_checkpointing,
         disable_tqdm=True,
+        **({"train_sampling_strategy": "group_by_length"} if cfg.group_by_length and cfg.order == "shuffle" else {}),
     )
     peft_config = None
     if cfg.lora:

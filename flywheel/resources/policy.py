@@ -35,6 +35,7 @@ class PolicyResource(dg.ConfigurableResource):
     lora: bool = TrainConfig.lora
     lora_r: int = TrainConfig.lora_r
     gradient_checkpointing: bool = TrainConfig.gradient_checkpointing  # on for big models on GPUs, off for small ones
+    group_by_length: bool = TrainConfig.group_by_length  # batches of similar length: fewer pad tokens
     # Where checkpoint k > 0 starts: "base" (the base model, on seeds + curriculum + every gated
     # success so far) or "previous" (checkpoint k-1, on gate k-1's new successes plus as many
     # replayed seed/curriculum trajectories: far fewer SFT tokens per iteration).

@@ -1,0 +1,84 @@
+"""A lost Ray node mid-rollout, on a real two-node local cluster (`ray.cluster_utils.Cluster`), real WebShop.
+
+The worker node (and with it the env actors SPREAD put there) is removed from the driver while every
+env slot is mid-episode: those episodes are replayed on an actor of the head node, every
+(task, sample) is written exactly once, and the rows equal an undisturbed local-backend run.
+
+Its own cluster, not test_ray_rollouts.py's `ray.init` fixture: a driver joins one cluster per session.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import replace
+
+import pytest
+
+from envs import get_benchmark
+from flywheel.rollout import RolloutConfig
+from flywheel.rollout_ray import RayOptions
+from tests.test_ray_rollouts import ExpertGenerator, expected_pairs, play, rows, tasks_of
+
+ray = pytest.importorskip("ray", reason="the Ray backend needs the `ray` extra (make test installs it)")
+from ray.cluster_utils import Cluster  # noqa: E402 - after the importorskip
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    """A head node (the driver's) and one worker node, one CPU each: two 0.5-CPU env actors SPREAD
+    over both, and the head keeps room for a replacement once the worker node is gone."""
+    ray.shutdown()  # never share a session with another module's cluster
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "object_store_memory": 150 * 2**20, "include_dashboard": False})
+    worker = cluster.add_node(num_cpus=1, object_store_memory=150 * 2**20)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, namespace="flywheel-test", log_to_driver=False)
+    try:
+        yield cluster, worker
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def _node_of(_actor_instance) -> str:
+    return ray.get_runtime_context().get_node_id()
+
+
+def remove_node_at(cluster, worker, call: int):
+    """`on_call` hook: at the given generate call, note where each env actor runs, then remove `worker`."""
+    placed: dict[str, str] = {}
+
+    def on_call(n: int) -> None:
+        if n == call and not placed:
+            for name in sorted(a for a in ray.util.list_named_actors() if a.startswith("flywheel-env-")):
+                placed[name] = ray.get(ray.get_actor(name).__ray_call__.remote(_node_of), timeout=60)
+            cluster.remove_node(worker, allow_graceful=False)  # a crash, not a drain
+    return on_call, placed
+
+
+@pytest.mark.slow
+def test_lost_node_replays_its_episodes_on_the_remaining_node(two_nodes, tmp_path, caplog):
+    cluster, worker = two_nodes
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the probe runs in actors that import no tests
+    spec = get_benchmark("webshop")
+    tasks = tasks_of("webshop", 3)
+    jobs = [(t, s) for t in tasks for s in range(2)]
+    opts = RayOptions(env_actor_cpus=0.5, envs_per_actor=2, max_actor_replacements=2)
+    cfg = RolloutConfig(temperature=0.0, parallel_envs=4, max_steps=6, backend="ray", ray=opts)
+    on_call, placed = remove_node_at(cluster, worker, 1)  # every slot (2 actors x 2 envs) is mid-episode
+    with caplog.at_level(logging.WARNING, logger="flywheel.rollout_ray"):
+        db = play(tmp_path / "lost.duckdb", "webshop", jobs, ExpertGenerator(tasks, spec, on_call), cfg)
+
+    on_worker = sorted(n for n, node in placed.items() if node == worker.node_id)
+    on_head = sorted(n for n, node in placed.items() if node == cluster.head_node.node_id)
+    assert on_worker and on_head and len(on_worker) + len(on_head) == len(placed) == 2, placed  # not vacuous
+    lost = sorted(n for n in placed if any("lost" in r.message and n in r.message for r in caplog.records))
+    assert lost == on_worker  # the worker node's actors were lost, the head's were not
+    got = rows(db)
+    assert sorted((r["task_id"], r["sample"]) for r in got[0]) == expected_pairs(jobs)  # once each
+    assert all(r["status"] == "ok" for r in got[0])
+    undisturbed = rows(play(tmp_path / "calm.duckdb", "webshop", jobs, ExpertGenerator(tasks, spec),
+                            replace(cfg, backend="local")))
+    assert got == undisturbed  # replayed from the start on the head node: no step twice, nothing lost
+    assert not [n for n in ray.util.list_named_actors() if n.startswith("flywheel-env-")], "env actors left behind"
