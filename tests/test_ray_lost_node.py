@@ -4,6 +4,12 @@ The worker node (and with it the env actors SPREAD put there) is removed from th
 env slot is mid-episode: those episodes are replayed on an actor of the head node, every
 (task, sample) is written exactly once, and the rows equal an undisturbed local-backend run.
 
+Measured here (every run): the driver sees the lost actor at once (`ActorUnavailableError`), but the GCS
+declares the node dead only ~10 s later (its health checks), so the first replacement is SPREAD onto the
+dead node and dies too (`ActorDiedError`); the next lands on the head. A lost node thus costs each of its
+episodes two attempts and the pool two replacements: the defaults (`max_env_retries=2`, and
+`max_actor_replacements=2` here) absorb it.
+
 Its own cluster, not test_ray_rollouts.py's `ray.init` fixture: a driver joins one cluster per session.
 """
 
