@@ -44,6 +44,25 @@ def test_sft_runs_as_a_ray_train_job_and_publishes_the_checkpoint(tmp_path, tiny
     assert gen.completion_tokens <= 4
     local = train_sft(tiny, rows, tmp_path / "local", cfg)
     assert res.train_loss == pytest.approx(local.train_loss, rel=1e-3)
+    assert res.world_size == local.world_size == 1
+
+
+@pytest.mark.slow  # two Ray Train workers: ~1-2 min on 2 busy cores
+def test_two_ray_train_workers_train_data_parallel_on_cpu(tmp_path, tiny):
+    """sft_workers=2: Ray Train sets up the process group (gloo on CPU) and the HF Trainer inside
+    `train_sft` runs DDP over it: world size 2, each worker a different half of every global batch.
+    (FSDP is not exercised: the HF Trainer does not enable it on CPU, measured: `is_fsdp_enabled`
+    stays False with `fsdp="full_shard"` under torchrun on this machine.)"""
+    from flywheel.policy.training_ray import train_sft_on_ray
+
+    rows = sft_examples([make_traj(n=4), make_traj(task="t2", n=4)], lambda t: "instr")
+    cfg = TrainConfig(max_steps=2, batch_size=2, learning_rate=1e-3, bf16=False)
+    opts = RayOptions(num_cpus=2, sft_workers=2, sft_cpus_per_worker=1, storage_path=str(tmp_path / "shared"))
+    out = tmp_path / "ck" / "k0"
+    res = train_sft_on_ray(tiny, rows, out, cfg, opts)
+    assert (res.world_size, res.steps, res.n_examples) == (2, 2, 8) and res.train_loss > 0
+    [gen] = TransformersGenerator(str(out)).generate([rows[0]["prompt"]], temperature=0.0, max_new_tokens=4)
+    assert gen.completion_tokens <= 4
 
 
 def test_policy_resource_sends_sft_to_ray_when_configured(tmp_path, tiny, monkeypatch):

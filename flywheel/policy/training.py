@@ -69,6 +69,8 @@ class TrainResult:
     steps: int
     # Positions (in `examples`) of the examples dropped as too long; the rest were trained on.
     dropped: tuple[int, ...] = ()
+    # Processes that trained data-parallel (the HF Trainer's world size: > 1 under DDP, e.g. Ray Train workers).
+    world_size: int = 1
 
 
 def sft_examples(
@@ -204,7 +206,7 @@ def train_sft(
     return TrainResult(
         path=str(out), n_examples=len(kept), n_dropped=dropped,
         train_loss=float(result.training_loss), steps=int(result.global_step),
-        dropped=tuple(i for i, ok in enumerate(fits) if not ok),
+        dropped=tuple(i for i, ok in enumerate(fits) if not ok), world_size=int(trainer.args.world_size),
     )
 
 

@@ -38,7 +38,7 @@ def _train_loop(config: dict[str, Any]) -> None:
         result = train_sft(config["base_model"], config["examples"], Path(tmp) / "model", config["cfg"],
                            progress=lambda line: log.info("rank %s: %s", rank, line))
         metrics = {"train_loss": result.train_loss, "steps": result.steps, "n_examples": result.n_examples,
-                   "n_dropped": result.n_dropped, "dropped": list(result.dropped)}
+                   "n_dropped": result.n_dropped, "dropped": list(result.dropped), "world_size": result.world_size}
         checkpoint = ray.train.Checkpoint.from_directory(result.path) if rank == 0 else None
         ray.train.report(metrics, checkpoint=checkpoint)
 
@@ -90,8 +90,9 @@ def train_sft_on_ray(
         shutil.rmtree(out, ignore_errors=True)
         work.rename(out)
     metrics = result.metrics or {}
-    progress(f"sft on Ray: done in {time.monotonic() - started:.1f} s, loss {metrics.get('train_loss')}, "
+    progress(f"sft on Ray: done in {time.monotonic() - started:.1f} s on {metrics.get('world_size')} data-parallel "
+             f"worker(s), loss {metrics.get('train_loss')}, "
              f"checkpoint copied from {result.checkpoint.path} to {out}")
     return TrainResult(path=str(out), n_examples=int(metrics["n_examples"]), n_dropped=int(metrics["n_dropped"]),
                        train_loss=float(metrics["train_loss"]), steps=int(metrics["steps"]),
-                       dropped=tuple(metrics.get("dropped", ())))
+                       dropped=tuple(metrics.get("dropped", ())), world_size=int(metrics.get("world_size", 1)))
