@@ -43,9 +43,15 @@ demo: install model $(DAGSTER_HOME)/dagster.yaml
 experiment: install model $(DAGSTER_HOME)/dagster.yaml
 	$(PY) -m flywheel.cli experiment $(PRESET) $(EXPERIMENT_ARGS)
 
+# Two pytest workers (pytest-xdist), one test module per worker at a time (`--dist loadfile`: a module's
+# fixtures, e.g. its Ray cluster or tiny model, stay in one process), one torch thread each on a 2-core box.
+# TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+TEST_THREADS ?= 1
 test: install
-	$(PY) -m pytest -m "not slow" -q $(TEST_ARGS)
+	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -m "not slow" -q -n $(TEST_WORKERS) --dist loadfile $(TEST_ARGS)
 
+# The slow tier stays in one process: several of its modules start their own Ray clusters or vLLM servers.
 test-slow: install
 	$(PY) -m pytest -m slow -q $(TEST_ARGS)
 
