@@ -14,6 +14,12 @@ as errored. `make_env()` never returns a slot on a dead actor: it picks a live a
 or starts a replacement (at most `max_actor_replacements` per pool). An episode is written only
 once it finishes, so a replay can never count twice.
 
+Replacements prefer other nodes than those lost actors ran on: the driver sees a lost node's actors
+fail at once, but the GCS declares the node dead only after its health checks (~10 s), and in that
+window plain SPREAD placed the first replacement on the dead node, which died too (two attempts per
+episode, two replacements). The preference is soft, so on a one-machine cluster, where an actor was
+merely killed, the replacement still starts on that machine.
+
 No dagster here (the env code and this module run on Ray workers). `ray` is imported lazily,
 so the local backend works without the `ray` extra installed.
 """
@@ -157,11 +163,17 @@ class EnvPoolActor:
     def pid(self) -> int:
         return os.getpid()
 
+    def node_id(self) -> str:
+        return _ray().get_runtime_context().get_node_id()
+
 
 @dataclass
 class _Actor:
     handle: Any
     name: str
+    # `handle.node_id.remote()`, asked once at start: the small answer is kept in the driver, so
+    # `lost()` can still read where the actor ran after its node is gone, with no call per step.
+    node_ref: Any
     open_slots: int = 0
     alive: bool = True
 
@@ -226,6 +238,7 @@ class RayEnvPool:
         self.max_actors = self.planned_actors + max(0, opts.max_actor_replacements)
         self.actors: list[_Actor] = []
         self.actors_lost = 0
+        self.avoid_nodes: set[str] = set()  # nodes lost actors ran on; replacements prefer others
         self._next_slot = 0
         self._lock = threading.Lock()
         self._run = uuid.uuid4().hex[:8]
@@ -238,17 +251,35 @@ class RayEnvPool:
                 f"({type(exc).__name__}: {exc}); pass a plain callable such as EnvResource.env_factory(benchmark)"
             ) from exc
 
+    def _scheduling_strategy(self) -> Any:
+        """SPREAD; once actors were lost, a soft preference for nodes none of them ran on."""
+        if not self.avoid_nodes:
+            return "SPREAD"
+        from ray.util.scheduling_strategies import NodeLabelSchedulingStrategy, NotIn
+
+        return NodeLabelSchedulingStrategy(hard={}, soft={"ray.io/node-id": NotIn(*sorted(self.avoid_nodes))})
+
     def _start_actor(self) -> _Actor:
         name = f"flywheel-env-{self._run}-{len(self.actors)}"
         options: dict[str, Any] = {
             "name": name, "num_cpus": self.opts.env_actor_cpus, "max_concurrency": self.per_actor + 1,
-            "max_restarts": 0, "scheduling_strategy": "SPREAD",
+            "max_restarts": 0, "scheduling_strategy": self._scheduling_strategy(),
         }
         if self.opts.env_actor_memory_mb:
             options["memory"] = self.opts.env_actor_memory_mb * 2**20
-        actor = _Actor(self._cls.options(**options).remote(self._factory_ref), name)
+        handle = self._cls.options(**options).remote(self._factory_ref)
+        actor = _Actor(handle, name, handle.node_id.remote())
         self.actors.append(actor)
         return actor
+
+    def _node_of(self, actor: _Actor) -> str | None:
+        """Where the actor ran, if it said so before it was lost (never waits)."""
+        ray = self.ray
+        try:
+            ready, _ = ray.wait([actor.node_ref], timeout=0)
+            return ray.get(ready[0], timeout=0) if ready else None
+        except Exception:  # noqa: BLE001 - it died before answering: the node stays unknown
+            return None
 
     def make_env(self) -> RemoteEnv:
         """A slot on the least-loaded live actor with room; a new actor if none has room."""
@@ -272,9 +303,12 @@ class RayEnvPool:
             actor.open_slots = max(0, actor.open_slots - 1)
 
     def lost(self, actor: _Actor, exc: BaseException, *, kill: bool = False) -> None:
-        with self._lock:
+        with self._lock:  # the node is noted before any thread can see the actor dead and replace it
             if not actor.alive:
                 return
+            node = self._node_of(actor)
+            if node is not None:
+                self.avoid_nodes.add(node)
             actor.alive = False
             self.actors_lost += 1
         if kill:
@@ -282,8 +316,8 @@ class RayEnvPool:
                 self.ray.kill(actor.handle)
             except Exception:  # noqa: BLE001 - already gone
                 log.debug("killing env actor %s failed", actor.name, exc_info=True)
-        log.warning("env actor %s lost (%s); its episodes are replayed on another actor", actor.name,
-                    type(exc).__name__)
+        log.warning("env actor %s lost (%s) on node %s; its episodes are replayed on another actor",
+                    actor.name, type(exc).__name__, node or "unknown")
 
     def shutdown(self) -> None:
         ray = self.ray
