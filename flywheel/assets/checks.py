@@ -8,14 +8,14 @@ flags a regression in the UI. The statistics are in `flywheel.quality`.
 import dagster as dg
 
 from flywheel.assets.evaluation import evaluation
-from flywheel.partitions import flywheel_partitions, keys_of
+from flywheel.partitions import keys_of
 from flywheel.quality import compare_iterations
 from flywheel.resources import StoreResource
 
 
 def seen_success_check(partitions_def: dg.PartitionsDefinition) -> dg.AssetChecksDefinition:
     """The check over `partitions_def` (a check's partitions must be its asset's: build_defs passes the
-    profile's; the module-level `seen_success_vs_previous` is over the placeholder partitions)."""
+    profile's)."""
     return dg.asset_check(
         asset=evaluation,
         name="seen_success_vs_previous",
@@ -33,5 +33,3 @@ def check_seen_success(context: dg.AssetCheckExecutionContext, store: StoreResou
     metadata["verdict"] = result.verdict
     return dg.AssetCheckResult(passed=result.passed, severity=dg.AssetCheckSeverity.WARN, metadata=metadata)
 
-
-seen_success_vs_previous = seen_success_check(flywheel_partitions)

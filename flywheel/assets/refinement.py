@@ -112,7 +112,7 @@ def gated_dataset(context: dg.AssetExecutionContext, store: StoreResource, loop:
     # This run evaluates the check too (a run that names no checks runs those of its assets): its verdict
     # on the old rows reads as "not evaluated" until it runs, as Dagster's record says "planned".
     checks = context.run.asset_check_selection
-    if checks is None or gated_dataset_is_usable.check_key in checks:
+    if checks is None or GATE_CHECK in checks:
         db.clear_gate_check(benchmark, k)
     candidates = db.load_trajectories(benchmark=benchmark, iteration=k, source="policy", split="train")
     earlier = db.load_trajectories(db.gated_ids(benchmark, up_to_iteration=k - 1)) if k > 0 else []
@@ -136,10 +136,14 @@ def gated_dataset(context: dg.AssetExecutionContext, store: StoreResource, loop:
     }))
 
 
+# The blocking check's key, the same over any partitions (build_defs builds the check over the profile's).
+GATE_CHECK = dg.AssetCheckKey(gated_dataset.key, "gated_dataset_is_usable")
+
+
 def gated_dataset_check(partitions_def: dg.PartitionsDefinition) -> dg.AssetChecksDefinition:
     """The blocking gate check over `partitions_def` (a check's partitions must be its asset's: build_defs
-    passes the profile's; the module-level `gated_dataset_is_usable` is over the placeholder partitions)."""
-    return dg.asset_check(asset=gated_dataset, name="gated_dataset_is_usable", partitions_def=partitions_def,
+    passes the profile's)."""
+    return dg.asset_check(asset=gated_dataset, name=GATE_CHECK.name, partitions_def=partitions_def,
                           blocking=True, description="Gated dataset is non-empty and well-formed")(check_gated_dataset)
 
 
@@ -164,5 +168,3 @@ def check_gated_dataset(context: dg.AssetCheckExecutionContext, store: StoreReso
                   "first_problems": "\n".join(problems[:10]) or "none"},
     )
 
-
-gated_dataset_is_usable = gated_dataset_check(flywheel_partitions)
