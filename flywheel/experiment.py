@@ -192,7 +192,10 @@ class Progress:
 
 def stage_plan(benchmark: str, iterations: int, method: str = "bpo", *,
                evaluate_start: bool = True) -> list[tuple[str, str | None, list[str]]]:
-    """(stage name, partition key or None for the benchmark partition, asset selection), in order."""
+    """(stage name, partition key or None for the benchmark partition, asset selection), in order.
+
+    `evaluate_start=False` (an arm that takes its k=0 checkpoint from another arm, `method.start_from`) skips
+    evaluation:0: the tables use that arm's evaluation of the same weights."""
     from flywheel.partitions import partition_key
 
     if method != "bpo":  # the baselines' and ablations' stages (flywheel/methods.py)
@@ -207,7 +210,8 @@ def stage_plan(benchmark: str, iterations: int, method: str = "bpo", *,
         plan.append((f"sft:{k}", key, ["sft_checkpoint"]))
         if k < iterations:
             plan.append((f"rollouts:{k}", key, ["rollouts", "gated_dataset"]))
-        plan.append((f"evaluation:{k}", key, ["evaluation"]))
+        if k or evaluate_start or not iterations:
+            plan.append((f"evaluation:{k}", key, ["evaluation"]))
     return plan
 
 

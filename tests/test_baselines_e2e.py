@@ -57,6 +57,9 @@ def test_methods_imply_their_settings_and_stages(tmp_path):
     assert [s for s, _, _ in stage_plan("webshop", 1, "grpo", evaluate_start=False)] == [
         "bootstrap", "sft:0", "grpo:1", "evaluation:1"]
     assert "evaluation:0" not in [s for s, _, _ in stage_plan("webshop", 1, "rft", evaluate_start=False)]
+    # ... and so does a plain flywheel arm (method.start_from without a method name: bpo).
+    assert [s for s, _, _ in stage_plan("webshop", 1, "bpo", evaluate_start=False)] == [
+        "bootstrap", "sft:0", "rollouts:0", "sft:1", "evaluation:1"]
     assert [s for s, _, _ in stage_plan("webshop", 1, "react-sft", evaluate_start=False)][-1] == "evaluation:0"
     from flywheel.experiment import import_start_checkpoint
 
