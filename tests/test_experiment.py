@@ -159,3 +159,16 @@ def test_paired_difference_and_mcnemar():
     assert mcnemar_exact_p(3, 3) == 1.0
     same = paired_difference(old, old, n_boot=200)
     assert same["delta"] == 0 and not same["significant"]
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "experiments").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_preset_builds_every_arm(path: Path, tmp_path: Path):
+    """Each preset in experiments/ names only fields its resources take, for its backend and every arm:
+    a preset that would fail on its first stage fails here instead (the vLLM backend refuses transformers-only
+    fields such as max_batch_size)."""
+    from flywheel.experiment import build_resources
+
+    preset = load_preset(str(path))
+    for arm in preset.arms:
+        resources = build_resources(preset, arm, tmp_path / arm, model_path=str(tmp_path / "model"))
+        assert {"policy", "envs", "store"} <= set(resources)
