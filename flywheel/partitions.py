@@ -86,6 +86,15 @@ def parse_key(key: str) -> tuple[str, int]:
     return benchmark, iteration
 
 
+def benchmark_of(key: str) -> str:
+    """The benchmark of a partition key of either kind: a benchmark-only key ("<benchmark>", stages 1-2) or a
+    flywheel key (read by `parse_key`)."""
+    try:
+        return parse_key(key)[0]
+    except ValueError:
+        return key
+
+
 def keys_of(context: dg.AssetExecutionContext | dg.AssetCheckExecutionContext) -> tuple[str, int]:
     """(benchmark, iteration) of a flywheel partition, from an asset or an asset-check context."""
     return parse_key(context.partition_key)

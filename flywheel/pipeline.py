@@ -95,15 +95,16 @@ def run_loop(
     instance: dg.DagsterInstance,
     max_runs: int = 50,
     trigger: str = "sensor",
+    profile: Profile | None = None,
 ) -> LoopRun:
     """Drive the living flywheel in this process, without a daemon: evaluate `flywheel_sensor`
     (or `flywheel_schedule`) against `instance`, execute the runs it requests in order, repeat
     until it requests nothing. Same code path as the daemon, minus the process boundary; like
-    the daemon, a run key is launched at most once."""
-    from flywheel.sensors import flywheel_schedule, flywheel_sensor
-
-    defs = build_defs(resources)
+    the daemon, a run key is launched at most once. `profile` sizes the partitions (`build_defs`'s)."""
+    defs = build_defs(resources, profile=profile)
     job = defs.resolve_job_def("iteration_job")
+    # The definitions' own sensor and schedule: over the profile's partitions, as the daemon runs them.
+    flywheel_sensor, flywheel_schedule = defs.resolve_sensor_def("flywheel_sensor"), defs.resolve_schedule_def("flywheel_schedule")
     res = {"store": defs.resources["store"], "loop": defs.resources["loop"]}
     out = LoopRun()
     seen_keys: set[str] = set()

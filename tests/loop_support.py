@@ -1,9 +1,12 @@
-"""Shared by the loop tests: a small real-ScienceWorld configuration and an oracle *policy*.
+"""Shared by the loop tests: a small configuration of the test benchmark (tests/tinybench, pure
+Python: no JVM) and an oracle *policy*.
 
 The tiny random model never succeeds, so the gate would block every iteration. The oracle
 policy (a test double for the policy only; env, store, gate, SFT and Dagster are real)
 replays the teacher's quaternions for the training tasks after k+1 'look around' moves at
 iteration k, so every iteration's successes are new action sequences and pass the gate.
+The loop under test (sensor, schedule, backfills, run queue) does not depend on the benchmark;
+the real-env end-to-end runs are tests/test_e2e_scienceworld.py and test_e2e_other_benchmarks.py.
 
 `defs` at the bottom is a code location for the GraphQL/daemon test: it builds the same
 resources from environment variables, in the code server and run worker processes.
@@ -15,19 +18,29 @@ import os
 import re
 from pathlib import Path
 
+import dagster as dg
 from dagster._core.launcher import LaunchRunContext, RunLauncher
 from dagster._serdes import ConfigurableClass, ConfigurableClassData
 
+from envs import get_benchmark
 from flywheel.assets.curriculum import CurriculumResource
 from flywheel.definitions import build_defs
+from flywheel.partitions import run_max_iteration
 from flywheel.policy.inference import Generation
+from flywheel.profile import Profile
 from flywheel.prompting import format_response
 from flywheel.resources import EnvResource, LoopResource, PolicyResource, StoreResource
 from flywheel.store import Store
+from tests.tinybench import NAME
 
-BENCH = "scienceworld"
-TASK_TYPES = {BENCH: ["find-non-living-thing"]}
+BENCH = NAME
+REFS = {BENCH: "tests.tinybench:SPEC"}  # named by reference, as a profile names it
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def train_tasks(limit: int = 2) -> list[str]:
+    """The training tasks `loop_resources` plays (the first `limit`)."""
+    return [t.task_id for t in get_benchmark(BENCH, REFS).load_tasks("train", limit=limit)]
 
 
 class OracleGenerator:
@@ -56,11 +69,12 @@ class OraclePolicy(PolicyResource):
     """`fail_tasks`: training tasks the oracle never solves (it only looks around there)."""
 
     store_path: str
+    benchmark: str = BENCH
     fail_tasks: list[str] = []
 
     def generator(self, checkpoint_path, checkpoint_id):
         k = int(m.group(1)) if (m := re.search(r"-k(\d+)-", checkpoint_id)) else 0
-        trajs = Store(self.store_path).load_trajectories(benchmark=BENCH, source="teacher")
+        trajs = Store(self.store_path).load_trajectories(benchmark=self.benchmark, source="teacher")
         known = {t.initial_observation.strip(): t for t in trajs if t.task_id not in self.fail_tasks}
         return OracleGenerator(known, looks=k + 1, model_id=checkpoint_id)
 
@@ -69,7 +83,7 @@ def loop_resources(root: str | Path, tiny: str, *, max_iterations: int = 1, fail
     root = Path(root)
     return {
         "store": StoreResource(path=str(root / "fw.duckdb")),
-        "envs": EnvResource(task_types=TASK_TYPES, train_limit=2, eval_limit=1, max_steps=13),
+        "envs": EnvResource(benchmark_refs=REFS, train_limit=2, eval_limit=1, max_steps=13),
         "policy": OraclePolicy(store_path=str(root / "fw.duckdb"), base_model_path=tiny,
                                checkpoints_dir=str(root / "ck"), epochs=1, max_train_steps=1, batch_size=2,
                                history_window=2, max_observation_chars=300, samples_per_task=2, parallel_envs=1,
@@ -109,4 +123,14 @@ class RecordingRunLauncher(RunLauncher, ConfigurableClass):
 ROOT_ENV = "FLYWHEEL_LOOP_TEST_ROOT"
 MODEL_ENV = "FLYWHEEL_LOOP_TEST_MODEL"
 
-defs = build_defs(loop_resources(os.environ[ROOT_ENV], os.environ[MODEL_ENV])) if os.environ.get(ROOT_ENV) else None
+def loop_profile(max_iterations: int = 1) -> Profile:
+    """The partitions of the loop tests' definitions: the test benchmark, iterations 0..(at least the default)."""
+    return Profile(benchmarks=(BENCH,), benchmark_refs=REFS, max_iteration=run_max_iteration(max_iterations))
+
+
+def loop_defs(root: str | Path, tiny: str, **kw) -> dg.Definitions:
+    """`build_defs` over `loop_resources(root, tiny, **kw)` and `loop_profile`."""
+    return build_defs(loop_resources(root, tiny, **kw), profile=loop_profile(kw.get("max_iterations", 1)))
+
+
+defs = loop_defs(os.environ[ROOT_ENV], os.environ[MODEL_ENV]) if os.environ.get(ROOT_ENV) else None

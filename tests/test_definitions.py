@@ -7,7 +7,13 @@ import pytest
 
 from envs import REGISTRY
 from flywheel.definitions import build_defs
-from flywheel.partitions import DEFAULT_MAX_ITERATION, flywheel_partitions, parse_key, partition_key
+from flywheel.partitions import (
+    DEFAULT_MAX_ITERATION,
+    benchmark_of,
+    flywheel_partitions,
+    parse_key,
+    partition_key,
+)
 from flywheel.sensors import iteration_run_tags
 
 defs = build_defs()  # the defaults (no profile): every benchmark, iterations 0..3
@@ -57,6 +63,9 @@ def test_partition_keys_are_read_by_the_partitions_definition():
     for bad in ["webshop", "a|b|c", "webshop|x", "webshop|-1", "|1", ""]:
         with pytest.raises(ValueError, match=re.escape(f"{bad!r} is not a flywheel partition key")):
             parse_key(bad)
+    # Either kind of run partition names its benchmark (the env resource checks that benchmark's data).
+    assert benchmark_of("webshop") == "webshop" and benchmark_of("tinybench|4") == "tinybench"
+    assert benchmark_of(str(partition_key("alfworld", 0))) == "alfworld"
     assert iteration_run_tags("webshop|2", max_iteration=3) == {
         "flywheel/benchmark": "webshop", "flywheel/iteration": "2", "dagster/priority": "-2"}
     with pytest.raises(ValueError, match="iteration 4 is outside 0..3"):

@@ -91,7 +91,7 @@ def test_gated_successes_flow_into_next_iteration(tmp_path, tiny):
     res = base_resources(tmp_path, None)
     res["envs"] = EnvResource(task_types={BENCH: ["find-non-living-thing"]}, train_limit=2, eval_limit=1)
     res["curriculum"] = CurriculumResource(synthesize=False)  # exact seed counts below
-    res["policy"] = OraclePolicy(store_path=str(tmp_path / "fw.duckdb"), base_model_path=tiny,
+    res["policy"] = OraclePolicy(store_path=str(tmp_path / "fw.duckdb"), benchmark=BENCH, base_model_path=tiny,
                                  checkpoints_dir=str(tmp_path / "ck"), epochs=1, samples_per_task=2, batch_size=4)
     defs = build_defs(res)
     instance = dg.DagsterInstance.ephemeral()

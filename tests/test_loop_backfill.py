@@ -2,12 +2,12 @@
 UI's "Launch backfill" sends), runs its iterations in order.
 
 Fast test: the run queue launches the backfill's runs one at a time, lowest k first (the
-launcher only records). Slow test: the same with real run workers on real ScienceWorld.
+launcher only records). Then the same with real run workers, on the test benchmark (tests/tinybench).
 
 Real pieces: the GraphQL schema the webserver serves, a code server process loading
 tests/loop_support.py, the backfill daemon's and the run queue daemon's iterations (called
 here instead of waiting for `dagster-daemon`'s intervals), the instance configured by the
-repository's dagster.yaml, and run worker processes executing on real ScienceWorld.
+repository's dagster.yaml, and run worker processes executing the iterations.
 
 The backfill submits (b,1) *before* (b,0) on purpose: the order comes from the run queue
 (one iteration per benchmark, `dagster/priority` = -k), not from submission order.
@@ -30,11 +30,11 @@ from dagster_graphql.test.utils import (
     infer_repository_selector,
 )
 
-from flywheel.definitions import build_defs
+from flywheel.partitions import partition_key
 from flywheel.policy.models import build_tiny_model
 from flywheel.store import Store
 from tests import loop_support
-from tests.loop_support import BENCH, MODEL_ENV, ROOT_ENV, RecordingRunLauncher, loop_resources
+from tests.loop_support import BENCH, MODEL_ENV, ROOT_ENV, RecordingRunLauncher, loop_defs
 
 REPO = Path(__file__).resolve().parents[1]
 TERMINAL = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
@@ -48,6 +48,10 @@ def wait_for(instance, run_id, timeout=300):
             return run
         time.sleep(1)
     raise TimeoutError(f"run {run_id} still {instance.get_run_by_id(run_id).status}")
+
+
+def key(k: int) -> str:
+    return str(partition_key(BENCH, k))
 
 
 def runs_by_partition(instance):
@@ -75,15 +79,15 @@ def test_graphql_backfill_is_dequeued_lowest_iteration_first(tmp_path, monkeypat
     log = logging.getLogger("test_backfill")
     with dg.instance_for_test(overrides=config) as instance:
         with define_out_of_process_context(loop_support.__file__, "defs", instance) as ctx:
-            backfill_id = launch_backfill(ctx, ["scienceworld|2", "scienceworld|1", "scienceworld|0"])
+            backfill_id = launch_backfill(ctx, [key(2), key(1), key(0)])
             list(execute_backfill_iteration(ctx.process_context, log))
             runs = runs_by_partition(instance)
             assert len(runs) == 3 and {r.tags["dagster/backfill"] for r in runs.values()} == {backfill_id}
             queue = QueuedRunCoordinatorDaemon(interval_seconds=1)
-            for i, expected in enumerate(["scienceworld|0", "scienceworld|1", "scienceworld|2"]):
+            for i, expected in enumerate([key(0), key(1), key(2)]):
                 list(queue.run_iteration(ctx.process_context))
                 list(queue.run_iteration(ctx.process_context))  # a second pass launches nothing more
-                assert RecordingRunLauncher.launched == ["scienceworld|0", "scienceworld|1", "scienceworld|2"][: i + 1]
+                assert RecordingRunLauncher.launched == [key(0), key(1), key(2)][: i + 1]
                 instance.report_dagster_event(  # the iteration finishes
                     DagsterEvent(event_type_value=DagsterEventType.RUN_SUCCESS.value, job_name="iteration_job"),
                     run_id=runs[expected].run_id)
@@ -98,30 +102,30 @@ def test_graphql_backfill_runs_iterations_in_order(tmp_path, monkeypatch):
     instance_config = yaml.safe_load((REPO / "dagster.yaml").read_text())  # the shipped run queue settings
     log = logging.getLogger("test_backfill")
     with dg.instance_for_test(overrides=instance_config) as instance:
-        boot = build_defs(loop_resources(tmp_path, tiny)).resolve_job_def("bootstrap_job")
+        boot = loop_defs(tmp_path, tiny).resolve_job_def("bootstrap_job")
         assert boot.execute_in_process(partition_key=BENCH, instance=instance).success
 
         with define_out_of_process_context(loop_support.__file__, "defs", instance) as ctx:
             backfill_id = launch_backfill(  # in_process: one process per run, a faster test
-                ctx, ["scienceworld|1", "scienceworld|0"], {"execution": {"config": {"in_process": {}}}})
+                ctx, [key(1), key(0)], {"execution": {"config": {"in_process": {}}}})
 
             list(execute_backfill_iteration(ctx.process_context, log))  # the daemon submits both runs
             runs = runs_by_partition(instance)
-            assert set(runs) == {"scienceworld|0", "scienceworld|1"}
+            assert set(runs) == {key(0), key(1)}
             assert all(r.status == dg.DagsterRunStatus.QUEUED and r.tags["dagster/backfill"] == backfill_id
                        for r in runs.values())
-            assert runs["scienceworld|1"].tags["dagster/priority"] == "-1"
+            assert runs[key(1)].tags["dagster/priority"] == "-1"
 
             queue = QueuedRunCoordinatorDaemon(interval_seconds=1)
             list(queue.run_iteration(ctx.process_context))  # dequeues k=0 only: k=1 waits its turn
             runs = runs_by_partition(instance)
-            assert runs["scienceworld|1"].status == dg.DagsterRunStatus.QUEUED
-            assert runs["scienceworld|0"].status != dg.DagsterRunStatus.QUEUED
-            first = wait_for(instance, runs["scienceworld|0"].run_id)
+            assert runs[key(1)].status == dg.DagsterRunStatus.QUEUED
+            assert runs[key(0)].status != dg.DagsterRunStatus.QUEUED
+            first = wait_for(instance, runs[key(0)].run_id)
             assert first.status == dg.DagsterRunStatus.SUCCESS
 
             list(queue.run_iteration(ctx.process_context))
-            second = wait_for(instance, runs["scienceworld|1"].run_id)
+            second = wait_for(instance, runs[key(1)].run_id)
             assert second.status == dg.DagsterRunStatus.SUCCESS
 
         r0, r1 = instance.get_run_record_by_id(first.run_id), instance.get_run_record_by_id(second.run_id)
@@ -132,7 +136,7 @@ def test_graphql_backfill_runs_iterations_in_order(tmp_path, monkeypatch):
         assert db.gated_iterations(BENCH) == [0, 1]
         assert db.iterations(BENCH)["new_unique_successes"].to_list() == [2, 2]
         mats = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey("sft_checkpoint"), asset_partitions=["scienceworld|1"]), limit=1)
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("sft_checkpoint"), asset_partitions=[key(1)]), limit=1)
         meta = mats.records[0].asset_materialization.metadata
         assert meta["gated_trajectories"].value == 2 and "gated_dataset iterations [0]" in meta["back_edge"].value
 
@@ -144,32 +148,30 @@ def test_backfill_of_k_plus_one_after_a_failed_gate_fails_once(tmp_path, monkeyp
     from dagster._daemon.auto_run_reexecution.auto_run_reexecution import filter_runs_to_should_retry
 
     from flywheel.failures import FAIL_ONCE_TAG
-    from tests.test_curriculum_training import _store_with_seeds
-
     model = tmp_path / "model"  # never loaded: the refusal comes before training
     model.mkdir()
     (model / "config.json").write_text("{}")
     monkeypatch.setenv(ROOT_ENV, str(tmp_path))
     monkeypatch.setenv(MODEL_ENV, str(model))
-    db = _store_with_seeds(tmp_path / "fw.duckdb")
+    db = Store(tmp_path / "fw.duckdb")
     config = yaml.safe_load((REPO / "dagster.yaml").read_text())  # run retries on, the shipped queue
     with dg.instance_for_test(overrides=config) as instance:
         # Gate 0 over no rollouts: empty, so its blocking check fails.
-        gate = build_defs(loop_resources(tmp_path, str(model))).resolve_job_def("iteration_job").execute_in_process(
-            partition_key="scienceworld|0", instance=instance, raise_on_error=False,
+        gate = loop_defs(tmp_path, str(model)).resolve_job_def("iteration_job").execute_in_process(
+            partition_key=key(0), instance=instance, raise_on_error=False,
             asset_selection=[dg.AssetKey("gated_dataset")])
         assert not gate.success and db.gate_run(BENCH, 0) is not None
 
         with define_out_of_process_context(loop_support.__file__, "defs", instance) as ctx:
-            backfill_id = launch_backfill(ctx, ["scienceworld|1"], {"execution": {"config": {"in_process": {}}}})
+            backfill_id = launch_backfill(ctx, [key(1)], {"execution": {"config": {"in_process": {}}}})
             list(execute_backfill_iteration(ctx.process_context, logging.getLogger("test_backfill")))
             list(QueuedRunCoordinatorDaemon(interval_seconds=1).run_iteration(ctx.process_context))
-            queued = runs_by_partition(instance)["scienceworld|1"]
+            queued = runs_by_partition(instance)[key(1)]
             assert queued.tags["dagster/backfill"] == backfill_id
             run = wait_for(instance, queued.run_id)
 
         assert run.status == dg.DagsterRunStatus.FAILURE
-        assert run.tags[FAIL_ONCE_TAG].startswith("gate_check_failed: gated_dataset scienceworld|0")
+        assert run.tags[FAIL_ONCE_TAG].startswith(f"gate_check_failed: gated_dataset {key(0)}")
         [failure] = [e.dagster_event.event_specific_data.error.message for e in instance.all_logs(run.run_id)
                      if e.dagster_event and e.dagster_event.event_type == dg.DagsterEventType.STEP_FAILURE]
         assert "blocking check gated_dataset_is_usable failed" in failure and "continue_on_empty_gate" in failure

@@ -1,4 +1,4 @@
-"""Two iterations of the living flywheel, driven by the sensor, on real ScienceWorld.
+"""Two iterations of the living flywheel, driven by the sensor, on the test benchmark (tests/tinybench).
 
 Bootstrap by hand, then only `flywheel_sensor` (evaluated with build_sensor_context against
 the instance) decides; the runs it requests execute in process. K = 1: the sensor starts
@@ -13,13 +13,11 @@ import json
 import dagster as dg
 import pytest
 
-from envs import get_benchmark
-from flywheel.definitions import build_defs
+from flywheel.partitions import partition_key
 from flywheel.pipeline import iterations_table, run_loop
 from flywheel.policy.models import build_tiny_model
-from flywheel.sensors import flywheel_schedule, flywheel_sensor
 from flywheel.store import Store
-from tests.loop_support import BENCH, TASK_TYPES, loop_resources
+from tests.loop_support import BENCH, loop_defs, loop_profile, loop_resources, train_tasks
 
 FLYWHEEL_ASSETS = ["sft_checkpoint", "rollouts", "gated_dataset", "evaluation"]
 
@@ -38,14 +36,16 @@ def check_evaluations(result):
             if e.event_type_value == "ASSET_CHECK_EVALUATION"}
 
 
-def train_tasks():
-    return [t.task_id for t in get_benchmark(BENCH).load_tasks("train", limit=2, task_types=tuple(TASK_TYPES[BENCH]))]
+def key(k: int) -> str:
+    return str(partition_key(BENCH, k))
 
 
 def test_two_iterations_driven_by_the_sensor(tmp_path, tiny):
     solved, unsolved = train_tasks()
     res = loop_resources(tmp_path, tiny, max_iterations=1, fail_tasks=[unsolved])
-    defs = build_defs(res)
+    defs = loop_defs(tmp_path, tiny, max_iterations=1, fail_tasks=[unsolved])
+    # The sensor and schedule of these definitions: over the test benchmark's partitions.
+    flywheel_sensor, flywheel_schedule = defs.resolve_sensor_def("flywheel_sensor"), defs.resolve_schedule_def("flywheel_schedule")
     sensor_res = {"store": res["store"], "loop": res["loop"]}
     job = defs.resolve_job_def("iteration_job")
     db = Store(tmp_path / "fw.duckdb")
@@ -66,7 +66,7 @@ def test_two_iterations_driven_by_the_sensor(tmp_path, tiny):
                 runs.append((req, out))
 
         assert [(r.partition_key, r.tags["flywheel/decision"]) for r, _ in runs] == [
-            ("scienceworld|0", "start"), ("scienceworld|1", "continue")]
+            (key(0), "start"), (key(1), "continue")]
         assert all(out.success for _, out in runs)
         # The decision rides on the run: tags in the instance, visible in the UI.
         launched = instance.get_run_by_id(runs[1][1].run_id)
@@ -77,7 +77,7 @@ def test_two_iterations_driven_by_the_sensor(tmp_path, tiny):
         assert json.loads(cursor)[BENCH]["state"] == "stopped"
 
         for asset in FLYWHEEL_ASSETS:
-            assert materialized(instance, asset) == {"scienceworld|0", "scienceworld|1"}, asset
+            assert materialized(instance, asset) == {key(0), key(1)}, asset
         # Gate checks passed; the policy-quality check (WARN, non-blocking) compared k=1 with k=0.
         for _, out in runs:
             assert check_evaluations(out)["gated_dataset_is_usable"].passed
@@ -99,7 +99,7 @@ def test_two_iterations_driven_by_the_sensor(tmp_path, tiny):
         stats = {(r[0], r[1]): r[2:] for r in db.task_stats(BENCH).select("iteration", "task_id", "attempts", "successes").rows()}
         assert stats == {(0, solved): (2, 2), (0, unsolved): (2, 0), (1, solved): (1, 1), (1, unsolved): (3, 0)}
         rollouts_k1 = instance.fetch_materializations(dg.AssetRecordsFilter(
-            asset_key=dg.AssetKey("rollouts"), asset_partitions=["scienceworld|1"]), limit=1).records[0]
+            asset_key=dg.AssetKey("rollouts"), asset_partitions=[key(1)]), limit=1).records[0]
         assert rollouts_k1.asset_materialization.metadata["sampling"].value == "adaptive"
 
         # The schedule evaluates the same logic and agrees: nothing to launch.
@@ -108,19 +108,20 @@ def test_two_iterations_driven_by_the_sensor(tmp_path, tiny):
         assert isinstance(out, dg.SkipReason) and "stopped at k=1" in out.skip_message
 
 
-@pytest.mark.slow
 def test_raising_k_reopens_the_loop_run_unattended(tmp_path, tiny):
     """`pipeline.run_loop` (sensor ticks + in-process runs, no daemon) from bootstrap to the
     stop; then K is raised and the same call continues from the budget stop."""
     res = loop_resources(tmp_path, tiny, max_iterations=0)
     db = Store(tmp_path / "fw.duckdb")
     with dg.instance_for_test() as instance:
-        boot = build_defs(res).resolve_job_def("bootstrap_job").execute_in_process(partition_key=BENCH, instance=instance)
+        boot = loop_defs(tmp_path, tiny, max_iterations=0).resolve_job_def("bootstrap_job").execute_in_process(
+            partition_key=BENCH, instance=instance)
         assert boot.success
-        first = run_loop(resources=res, instance=instance)
-        assert [p for p, _ in first.runs] == ["scienceworld|0"] and "budget K=0" in first.last_message
-        more = run_loop(resources=loop_resources(tmp_path, tiny, max_iterations=2), instance=instance)
-        assert [p for p, _ in more.runs] == ["scienceworld|1", "scienceworld|2"]
+        first = run_loop(resources=res, instance=instance, profile=loop_profile(0))
+        assert [p for p, _ in first.runs] == [key(0)] and "budget K=0" in first.last_message
+        more = run_loop(resources=loop_resources(tmp_path, tiny, max_iterations=2), instance=instance,
+                        profile=loop_profile(2))
+        assert [p for p, _ in more.runs] == [key(1), key(2)]
         assert all(r.success for _, r in more.runs)
         assert "budget K=2" in more.last_message
         assert db.iterations(BENCH)["decision"].to_list() == ["continue", "continue", "stop"]

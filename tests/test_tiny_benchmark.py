@@ -7,7 +7,6 @@ policy is a test double (an oracle that replays the teacher's answers after k+1 
 tests/loop_support.py's); env, store, gate, SFT, curriculum and Dagster are real.
 """
 
-import re
 from pathlib import Path
 
 import dagster as dg
@@ -18,9 +17,8 @@ from flywheel.definitions import build_defs
 from flywheel.partitions import partition_key
 from flywheel.policy.models import build_tiny_model
 from flywheel.profile import Profile, load_profile
-from flywheel.resources import PolicyResource
 from flywheel.store import Store
-from tests.loop_support import OracleGenerator
+from tests.loop_support import OraclePolicy  # k+1 looks, then the teacher's answer
 from tests.test_e2e_scienceworld import check_results, run
 from tests.test_profile import assert_profile_refused
 from tests.tinybench import NAME, SPEC, shortest_path
@@ -43,17 +41,6 @@ loop: {{benchmarks: [{NAME}], max_iterations: 1}}
 """
 
 
-class TinyOraclePolicy(PolicyResource):
-    """At iteration k: k+1 'look around' moves, then the teacher's answer for that training task."""
-
-    store_path: str
-
-    def generator(self, checkpoint_path, checkpoint_id):
-        k = int(m.group(1)) if (m := re.search(r"-k(\d+)-", checkpoint_id)) else 0
-        trajs = Store(self.store_path).load_trajectories(benchmark=NAME, source="teacher")
-        return OracleGenerator({t.initial_observation.strip(): t for t in trajs}, looks=k + 1, model_id=checkpoint_id)
-
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     return str(build_tiny_model(tmp_path_factory.mktemp("m") / "tiny", vocab_size=256))
@@ -72,7 +59,7 @@ def test_the_tiny_benchmark_runs_the_flywheel_through_dagster(tmp_path, tiny, mo
     registry = dict(envs.REGISTRY)
     profile = load_profile(write_profile(tmp_path, tiny))
     store = str(profile.runs_path / "flywheel.duckdb")
-    oracle = TinyOraclePolicy(store_path=store, base_model_path=tiny, checkpoints_dir=str(profile.runs_path / "ck"),
+    oracle = OraclePolicy(store_path=store, benchmark=NAME, base_model_path=tiny, checkpoints_dir=str(profile.runs_path / "ck"),
                               epochs=1, max_train_steps=1, batch_size=2, samples_per_task=1, history_window=2)
     defs = build_defs({"policy": oracle}, profile=profile)
     graph = defs.resolve_asset_graph()

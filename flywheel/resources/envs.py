@@ -7,6 +7,7 @@ from pydantic import PrivateAttr
 from envs import check_env_options, configure_spec, get_benchmark
 from envs.base import BenchmarkSpec, Env, Task
 from flywheel.failures import setup_fails_once
+from flywheel.partitions import benchmark_of
 from flywheel.rollout_ray import EnvFactory
 from flywheel.validation import (
     check_benchmark,
@@ -109,7 +110,7 @@ class EnvResource(dg.ConfigurableResource):
 
 
 def run_benchmark(context: dg.InitResourceContext) -> str | None:
-    """The benchmark of the run's partition ("b" or "b|k"), if the run is partitioned."""
+    """The benchmark of the run's partition (a benchmark or a (benchmark, k) key), if the run is partitioned."""
     run = context.run
     key = run.tags.get("dagster/partition") if run is not None else None
-    return key.split("|", 1)[0] if key else None
+    return benchmark_of(key) if key else None
