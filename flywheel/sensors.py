@@ -220,9 +220,6 @@ def loop_automation(
     return flywheel_sensor, flywheel_schedule
 
 
-# With the default cadence (tests and callers that evaluate them directly); build_defs makes the profile's.
-flywheel_sensor, flywheel_schedule = loop_automation()
-
 
 def free_dead_slots(instance: dg.DagsterInstance, log) -> list[str]:
     """Every tick frees the pool slots of runs whose worker died (a SIGKILLed or OOM-killed SFT),

@@ -92,7 +92,9 @@ def test_sft_after_a_sigkilled_sft_proceeds(tmp_path, freed_by):
 
     if freed_by == "sensor-tick":  # under the daemon: the loop's next tick frees it
         from flywheel.resources import LoopResource, StoreResource
-        from flywheel.sensors import flywheel_sensor
+        from flywheel.sensors import loop_automation
+
+        flywheel_sensor, _ = loop_automation()  # the defaults' sensor (every benchmark partition)
 
         with dg.build_sensor_context(instance=instance, resources={
                 "store": StoreResource(path=str(tmp_path / "fw.duckdb")), "loop": LoopResource()}) as ctx:
