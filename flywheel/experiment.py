@@ -324,6 +324,8 @@ def run_experiment(
     preset: Preset, *, runs: Path, results: Path, instance: dg.DagsterInstance, arms: list[str] | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) every arm, then write report.md, results.json and the plots into `results`."""
+    from flywheel.resources.policy import stop_warm_servers
+
     arms = arms or list(preset.arms)
     unknown = [a for a in arms if a not in preset.arms]
     if unknown:
@@ -335,7 +337,12 @@ def run_experiment(
     source = {a: preset.arm_sections(a).get("method", {}).get("start_from") for a in arms}
     arms = sorted(arms, key=lambda a: (source[a] in arms, arms.index(a)))
     for arm in arms:
-        why = run_arm(preset, arm, runs / arm, instance=instance, model_path=model_path)
+        try:
+            why = run_arm(preset, arm, runs / arm, instance=instance, model_path=model_path)
+        finally:
+            # The arm owns the servers `policy.keep_server` kept warm across its stages: each arm has its own
+            # (its own log folder), so one left running would hold its memory through every later arm.
+            stop_warm_servers()
         if why:
             stopped[arm] = why
     return write_report(preset, runs=runs, results=results)

@@ -172,3 +172,28 @@ def test_every_shipped_preset_builds_every_arm(path: Path, tmp_path: Path):
     for arm in preset.arms:
         resources = build_resources(preset, arm, tmp_path / arm, model_path=str(tmp_path / "model"))
         assert {"policy", "envs", "store"} <= set(resources)
+
+
+def test_each_arm_stops_the_servers_it_kept_warm(tmp_path):
+    """Two arms on the managed vLLM backend with `keep_server` (the stub server of tests/vllm_stub_server.py
+    as their "vLLM"): each arm's server is stopped when the arm ends, so arms never pile up servers (a
+    baselines run was OOM-killed with three arms' servers left warm)."""
+    from flywheel.policy.vllm_server import group_alive
+    from flywheel.resources.policy import _WARM_SERVERS
+
+    events = tmp_path / "stub.jsonl"
+    stub = str(REPO / "tests" / "vllm_stub_server.py")
+    preset = _write(tmp_path, {
+        **MINI, "name": "mini-vllm", "policy_backend": "vllm",
+        "policy": {**{k: v for k, v in MINI["policy"].items() if k != "batch_size"}, "keep_server": True,
+                   "server_command": [sys.executable, stub], "server_env": {"STUB_EVENTS": str(events)},
+                   "start_timeout_s": 120, "compile_cache_dir": str(tmp_path / "cache")},
+        "arms": {"zero-shot": {"method": "base"}, "again": {"method": "base", "envs": {"eval_limit": 2}}}})
+    with dg.instance_for_test() as instance:
+        run_experiment(load_preset(str(preset)), runs=tmp_path / "runs", results=tmp_path / "results", instance=instance)
+    starts = [json.loads(x) for x in events.read_text().splitlines() if json.loads(x)["kind"] == "start"]
+    assert len(starts) == 2  # one server per arm (each logs beside its own runs)
+    assert not _WARM_SERVERS and not any(group_alive(s["pid"]) for s in starts)
+    for arm, n in (("zero-shot", 3), ("again", 2)):
+        [row] = Store(tmp_path / "runs" / arm / "flywheel.duckdb").evaluation_rows("webshop")
+        assert (row["episodes"], row["errored"]) == (n, 0)  # played through the server

@@ -144,7 +144,9 @@ class OpenAICompatiblePolicy(PolicyResource):
         )
 
 
-# Servers kept warm across runs of one process (`keep_server=True`); stopped at interpreter exit.
+# Servers kept warm across runs of one process (`keep_server=True`), one per server configuration (its log
+# folder included). Whoever drives the runs owns them and ends them with `stop_warm_servers()` (an experiment
+# after each arm); they also stop at interpreter exit.
 _WARM_SERVERS: dict = {}
 
 
