@@ -220,7 +220,6 @@ def loop_automation(
     return flywheel_sensor, flywheel_schedule
 
 
-
 def free_dead_slots(instance: dg.DagsterInstance, log) -> list[str]:
     """Every tick frees the pool slots of runs whose worker died (a SIGKILLed or OOM-killed SFT),
     so the next SFT waits at most one tick. Only with the default run launcher: its run workers
