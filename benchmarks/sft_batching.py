@@ -11,29 +11,28 @@ step's time (the first step, with warm-up, is left out of the median).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-import duckdb
 from _common import print_table, write_json
 
 from flywheel.policy.training import TrainConfig, train_sft
 from flywheel.settings import SMOLLM2_DIR
+from flywheel.store import Store
 
 
-def load_examples(store: str, checkpoint_id: str | None) -> tuple[str, list[dict]]:
-    con = duckdb.connect(store, read_only=True)
-    try:
-        if checkpoint_id is None:
-            checkpoint_id = con.execute("SELECT checkpoint_id FROM training_examples ORDER BY created_at LIMIT 1").fetchone()[0]
-        rows = con.execute("SELECT prompt, completion FROM training_examples WHERE checkpoint_id = ? AND kept "
-                           "ORDER BY position", [checkpoint_id]).fetchall()
-    finally:
-        con.close()
-    return checkpoint_id, [{"prompt": json.loads(p), "completion": json.loads(c)} for p, c in rows]
+def load_examples(store: str, benchmark: str, iteration: int, checkpoint_id: str | None) -> tuple[str, list[dict]]:
+    """The kept training examples of `checkpoint_id` (default: the store's latest checkpoint of that iteration)."""
+    db = Store(store)
+    if checkpoint_id is None:
+        latest = db.latest_checkpoint(benchmark, iteration)
+        if latest is None:
+            raise SystemExit(f"no checkpoint of {benchmark} iteration {iteration} in {store}")
+        checkpoint_id = latest["checkpoint_id"]
+    rows = db.training_examples(checkpoint_id)
+    return checkpoint_id, [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]
 
 
 def time_steps(examples: list[dict], model: str, cfg: TrainConfig) -> dict:
@@ -56,13 +55,15 @@ def time_steps(examples: list[dict], model: str, cfg: TrainConfig) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--store", required=True, help="an experiment arm's flywheel.duckdb")
-    ap.add_argument("--checkpoint-id", default=None, help="whose examples (default: the first checkpoint's)")
+    ap.add_argument("--benchmark", default="scienceworld")
+    ap.add_argument("--iteration", type=int, default=0)
+    ap.add_argument("--checkpoint-id", default=None, help="whose examples (default: the latest of --iteration)")
     ap.add_argument("--model", default=str(SMOLLM2_DIR))
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--max-length", type=int, default=1536)
     args = ap.parse_args(argv)
-    checkpoint_id, examples = load_examples(args.store, args.checkpoint_id)
+    checkpoint_id, examples = load_examples(args.store, args.benchmark, args.iteration, args.checkpoint_id)
     runs = []
     for grouped in (False, True):
         cfg = TrainConfig(epochs=3.0, learning_rate=2e-4, batch_size=args.batch_size, max_length=args.max_length,

@@ -42,11 +42,10 @@ def key(k: int) -> str:
 
 def test_two_iterations_driven_by_the_sensor(tmp_path, tiny):
     solved, unsolved = train_tasks()
-    res = loop_resources(tmp_path, tiny, max_iterations=1, fail_tasks=[unsolved])
     defs = loop_defs(tmp_path, tiny, max_iterations=1, fail_tasks=[unsolved])
     # The sensor and schedule of these definitions: over the test benchmark's partitions.
     flywheel_sensor, flywheel_schedule = defs.resolve_sensor_def("flywheel_sensor"), defs.resolve_schedule_def("flywheel_schedule")
-    sensor_res = {"store": res["store"], "loop": res["loop"]}
+    sensor_res = {"store": defs.resources["store"], "loop": defs.resources["loop"]}
     job = defs.resolve_job_def("iteration_job")
     db = Store(tmp_path / "fw.duckdb")
     with dg.instance_for_test() as instance:
