@@ -56,4 +56,13 @@ class OwnedProcess(Generic[T]):
 
     def __deepcopy__(self, memo: dict) -> OwnedProcess[T]:
         """A copy of its owner gets its own, not-yet-started helper."""
-        return OwnedProcess(self._start, close=self._close, alive=self._alive)
+        return _fresh(self._start, self._close, self._alive)
+
+    def __reduce__(self):
+        """Pickled with its owner (a spec shipped to a Ray actor): arrives with its own, not-yet-started
+        helper; a process and a lock do not travel."""
+        return _fresh, (self._start, self._close, self._alive)
+
+
+def _fresh(start: Callable[[], T], close: Callable[[T], None], alive: Callable[[T], bool]) -> OwnedProcess[T]:
+    return OwnedProcess(start, close=close, alive=alive)

@@ -97,6 +97,21 @@ def test_each_configured_spec_has_its_own_helper():
         b.close()
 
 
+def test_a_pickled_spec_arrives_with_its_own_unstarted_helper():
+    """Ray ships a spec's bound `make_env` to its env actors: a lock and a process do not travel."""
+    from ray import cloudpickle
+
+    a = configure_spec(SPEC, {})
+    try:
+        pid = a.helper_pid()
+        b = cloudpickle.loads(cloudpickle.dumps(a))
+        assert b == a and b._helper is not a._helper and not b._helper.running
+        assert b.helper_pid() != pid and a.helper_pid() == pid
+        b.close()
+    finally:
+        a.close()
+
+
 def test_a_runs_env_resource_owns_one_spec_per_benchmark_and_ends_its_helpers():
     @dg.asset
     def gold(envs: EnvResource) -> int:
