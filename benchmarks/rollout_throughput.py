@@ -19,7 +19,7 @@ from envs import get_benchmark
 from flywheel.policy.inference import TransformersGenerator
 from flywheel.policy.models import build_tiny_model
 from flywheel.prompting import PromptShape
-from flywheel.rollout import RolloutConfig, run_rollouts
+from flywheel.rollout import RolloutConfig, resolve_scheduling, run_rollouts
 from flywheel.settings import SMOLLM2_DIR
 
 
@@ -37,7 +37,8 @@ def warm_pool(spec, n: int, task) -> tuple[list, float]:
     return envs, time.perf_counter() - t0
 
 
-def measure(spec, tasks, generator, parallel: int, max_steps: int, max_new_tokens: int, warm: bool) -> dict:
+def measure(spec, tasks, generator, parallel: int, max_steps: int, max_new_tokens: int, warm: bool,
+            scheduling: str = "auto") -> dict:
     jobs = [(t, 0) for t in tasks]
     pool, start_s = warm_pool(spec, min(parallel, len(jobs)), tasks[-1]) if warm else ([], 0.0)
     make_env = (lambda: pool.pop() if pool else spec.make_env()) if warm else spec.make_env
@@ -45,11 +46,13 @@ def measure(spec, tasks, generator, parallel: int, max_steps: int, max_new_token
     trajs = run_rollouts(jobs, make_env=make_env, generator=generator, instructions=spec.system_prompt(),
                          normalize_action=spec.normalize_action,
                          cfg=RolloutConfig(temperature=1.0, max_new_tokens=max_new_tokens, parallel_envs=parallel,
-                                           max_steps=max_steps, prompt=PromptShape(max_observation_chars=400)))
+                                           max_steps=max_steps, prompt=PromptShape(max_observation_chars=400),
+                                           scheduling=scheduling))
     wall = time.perf_counter() - t0
     steps = sum(len(t.steps) for t in trajs)
     tokens = sum(s.completion_tokens for t in trajs for s in t.steps)
-    return {"parallel_envs": parallel, "warm_envs": warm, "env_start_s": start_s, "episodes": len(trajs),
+    resolved = resolve_scheduling(RolloutConfig(scheduling=scheduling), generator)
+    return {"parallel_envs": parallel, "scheduling": resolved, "warm_envs": warm, "env_start_s": start_s, "episodes": len(trajs),
             "steps": steps, "wall_s": wall,
             "episodes_per_min": len(trajs) / wall * 60, "gen_tokens_per_s": tokens / wall}
 

@@ -4,7 +4,9 @@ Same checkpoint (SmolLM2-135M, `--dtype`: auto = bf16 only where native), same t
 warm env pool (`rollout_throughput.measure`); only the generator changes:
 - transformers: `TransformersGenerator` (left-padded batches, 1 torch thread), 1/4/8/16 envs;
 - vLLM: `ManagedVLLMGenerator` on a server from `.venv-vllm` (`make vllm`), prefix caching on,
-  the action-line stop done by closing the stream, 1/4/8/16 envs.
+  the action-line stop done by closing the stream, 1/4/8/16 envs, in both rollout schedules
+  (`--vllm-scheduling`): per episode (each env slot its own thread, one request per step: what
+  `auto` picks for a server) and ticks (one batch of requests per tick, as for transformers).
 Transformers runs first, with no server up; then the server starts (timed) and vLLM runs.
 Then the swap costs: in-place weight reloads between two checkpoints of the same shape (n
 alternations, and greedy output checked to follow the weights), and one restart (warm compile cache).
@@ -60,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=str(SMOLLM2_DIR))
     ap.add_argument("--vllm-python", default=DEFAULT_PYTHON)
     ap.add_argument("--swaps", type=int, default=4, help="weight-reload swaps to time")
+    ap.add_argument("--vllm-scheduling", nargs="*", default=["per_episode", "ticks"],
+                    help="rollout schedules to time vLLM in (the first one carries the target ratios)")
     ap.add_argument("--skip-transformers", action="store_true")
     ap.add_argument("--transformers-parallel", type=int, nargs="*", default=None,
                     help="transformers at these env counts only (default: --parallel)")
@@ -111,11 +115,12 @@ def main(argv: list[str] | None = None) -> int:
             for p in args.parallel:
                 if args.interleave and p in tf_parallel:
                     run_tf(p)
-                r = measure(spec, tasks, gen, p, args.max_steps, args.max_new_tokens, True)
-                results["vllm"].append(r)
-                table.append(row(f"managed vLLM ({cfg.server_dtype()}, prefix cache)", r))
-                print(table[-1], flush=True)
-                save()
+                for scheduling in args.vllm_scheduling:
+                    r = measure(spec, tasks, gen, p, args.max_steps, args.max_new_tokens, True, scheduling)
+                    results["vllm"].append(r)
+                    table.append(row(f"managed vLLM ({cfg.server_dtype()}, prefix cache, {scheduling})", r))
+                    print(table[-1], flush=True)
+                    save()
             # Swaps: alternate k1 / base; greedy probe output must follow the weights.
             greedy = dict(temperature=0.0, max_new_tokens=16, seed=0)
             base_text = gen.generate(PROBE, **greedy)[0].text
@@ -136,8 +141,12 @@ def main(argv: list[str] | None = None) -> int:
             save()
 
     tf = {r["parallel_envs"]: r["episodes_per_min"] for r in results["transformers"]}
-    vl = {r["parallel_envs"]: r["episodes_per_min"] for r in results["vllm"]}
+    vl = {r["parallel_envs"]: r["episodes_per_min"] for r in results["vllm"]
+          if r["scheduling"] == args.vllm_scheduling[0]}
+    ticks = {r["parallel_envs"]: r["episodes_per_min"] for r in results["vllm"] if r["scheduling"] == "ticks"}
     ratios = {}
+    if 8 in vl and 8 in ticks and args.vllm_scheduling[0] != "ticks":
+        ratios[f"vllm8_{args.vllm_scheduling[0]}_over_vllm8_ticks"] = round(vl[8] / ticks[8], 2)
     if 8 in vl and 8 in tf:
         ratios["vllm8_over_transformers8"] = round(vl[8] / tf[8], 2)
     if 8 in vl and 1 in tf:

@@ -1,9 +1,11 @@
 """Batched multi-environment rollouts.
 
-N environments run side by side; at every tick the prompts of all live episodes
-go to the generator as one batch, and the env steps run in parallel threads (the
-JVM / engine calls release the GIL). `parallel_envs=1` is the one-episode-at-a-
-time loop other harnesses use, kept for comparison.
+N environments run side by side. With a local batching backend (transformers), at every
+tick the prompts of all live episodes go to the generator as one batch and the env steps
+run in parallel threads (the JVM / engine calls release the GIL). With a server that
+batches concurrent requests itself (vLLM), every env slot plays its own episodes in its
+own thread and no episode waits for another's answer (`RolloutConfig.scheduling`).
+`parallel_envs=1` is the one-episode-at-a-time loop other harnesses use, kept for comparison.
 
 `RolloutConfig.backend="ray"` puts the env slots in Ray actors (`flywheel.rollout_ray`); the
 engine, the batched generation and the writes stay here, in the driver.
@@ -15,6 +17,7 @@ errored after `max_env_retries` restarts; errored is not failed.
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -43,6 +46,9 @@ class RolloutConfig:
     # Where env slots live: "local" (this process) or "ray" (Ray actors; see flywheel.rollout_ray).
     backend: Literal["local", "ray"] = "local"
     ray: RayOptions | None = None  # cluster and per-actor resources for backend="ray"
+    # "ticks" (one batched generate per tick), "per_episode" (a thread per slot, one prompt per
+    # call: for servers that batch concurrent requests) or "auto" (by the generator's `concurrent`).
+    scheduling: Literal["auto", "ticks", "per_episode"] = "auto"
 
 
 @dataclass
@@ -160,12 +166,23 @@ def _play(
     on_finished: Callable[[list[Trajectory]], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[Trajectory]:
-    """The engine behind `run_rollouts`: one batched generate call per tick over all live episodes."""
+    """The engine behind `run_rollouts`, in one of two schedules (`RolloutConfig.scheduling`).
+
+    "ticks": one batched generate call per tick over all live episodes, then every env steps;
+    a tick lasts as long as its longest answer, and envs reset between ticks. What a local
+    batching backend (transformers) needs.
+    "per_episode": every slot is a thread that plays its episodes on its own (prompt, answer,
+    step, next prompt), each generate call carrying one prompt; a server that batches
+    concurrent requests continuously (vLLM) then never waits for a tick's straggler, and env
+    steps and resets overlap other episodes' generation. "auto" picks it for generators that
+    declare `concurrent = True`.
+    """
+    scheduling = resolve_scheduling(cfg, generator)
     queue: deque[tuple[int, Task, int]] = deque((i, t, s) for i, (t, s) in enumerate(jobs))
     slots = [_Slot() for _ in range(max(1, min(cfg.parallel_envs, len(jobs))))]
     order: dict[int, int] = {}
     results: dict[int, Trajectory] = {}
-    tick = 0
+    lock = threading.Lock()  # guards queue/order/results and the callbacks (store writes) across slot threads
 
     def finish(slot: _Slot, status: str = "ok", error: str = "") -> None:
         ep = slot.episode
@@ -178,12 +195,13 @@ def _play(
             reward=float(last.reward) if last and status == "ok" else 0.0,
             status=status, error=error, model_id=generator.model_id,
         )
-        results[order.pop(id(slot))] = traj
         slot.episode = None
-        if on_finished:
-            on_finished([traj])
-        if progress:
-            progress(len(results), len(jobs))
+        with lock:
+            results[order.pop(id(slot))] = traj
+            if on_finished:
+                on_finished([traj])
+            if progress:
+                progress(len(results), len(jobs))
 
     def restart_env(slot: _Slot) -> None:
         if slot.env is not None:
@@ -197,7 +215,7 @@ def _play(
         """Reset the slot's env on a task; a crashing env is restarted up to the retry limit.
 
         Runs in a worker thread (JVM starts and task loads overlap); returns the error that
-        made the episode errored, for the main thread to record.
+        made the episode errored, for the caller to record.
         """
         while True:
             try:
@@ -213,21 +231,13 @@ def _play(
                 attempts += 1
                 restart_env(slot)
 
-    def fill(pool: ThreadPoolExecutor) -> None:
-        """Give every idle slot the next job; envs start and reset side by side."""
-        while True:
-            batch = []
-            for slot in slots:
-                if slot.episode is None and queue:
-                    idx, task, sample = queue.popleft()
-                    order[id(slot)] = idx
-                    batch.append((slot, task, sample))
-            if not batch:
-                return
-            errors = list(pool.map(lambda job: start(*job), batch))
-            for (slot, _, _), error in zip(batch, errors, strict=True):
-                if error:  # the slot is idle again and takes the next job
-                    finish(slot, "errored", error)
+    def take(slot: _Slot) -> tuple[int, Task, int] | None:
+        with lock:
+            if not queue:
+                return None
+            job = queue.popleft()
+            order[id(slot)] = job[0]
+            return job
 
     def step_one(slot: _Slot, action: str) -> StepResult | EnvError:
         try:
@@ -236,61 +246,114 @@ def _play(
         except EnvError as exc:
             return exc
 
-    with ThreadPoolExecutor(max_workers=len(slots)) as pool:
-        fill(pool)
-        while any(s.episode for s in slots):
-            live = [s for s in slots if s.episode]
-            prompts = [
-                cfg.prompt.messages(instructions, s.episode.initial_observation, s.episode.history)
-                for s in live
-            ]
-            gens = generator.generate(
-                prompts, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed + tick
+    def prompt_of(slot: _Slot) -> list:
+        ep = slot.episode
+        assert ep is not None
+        return cfg.prompt.messages(instructions, ep.initial_observation, ep.history)
+
+    def record(slot: _Slot, gen, resp, action: str, res: StepResult | EnvError | None) -> None:
+        """Apply one answer and its env step to the slot's episode: finish it, replay it on a
+        fresh env after a crash, or leave it live for its next step."""
+        ep = slot.episode
+        assert ep is not None
+        if gen.error:  # no answer even after the policy server's restarts: errored, as env crashes are
+            finish(slot, "errored", f"generation failed: {gen.error}")
+            return
+        obs_before = ep.history[-1].observation if ep.history else ep.initial_observation
+        if res is None:
+            res = StepResult(INVALID_FORMAT_OBSERVATION, 0.0, False, False, {"invalid": True})
+        if isinstance(res, EnvError):
+            if ep.attempts > cfg.max_env_retries:
+                finish(slot, "errored", f"env crashed: {res}")
+                return
+            restart_env(slot)  # replay from scratch on a fresh env
+            task, sample, attempts = ep.task, ep.sample, ep.attempts + 1
+            slot.episode = None
+            error = start(slot, task, sample, attempts)
+            if error:
+                finish(slot, "errored", error)
+            return
+        ep.last = res
+        ep.steps.append(
+            Step(
+                observation=obs_before, thought=resp.thought, plan=resp.plan,
+                action=action if resp.well_formed else resp.action, next_observation=res.observation,
+                reward=res.reward, done=res.done, invalid=bool(res.info.get("invalid", False)),
+                prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,
             )
-            tick += 1
-            parsed = [parse_response(g.text) for g in gens]
-            actions = [normalize_action(p.action) if p.well_formed else "" for p in parsed]
-            futures = [
-                pool.submit(step_one, s, a) if p.well_formed else None
-                for s, p, a in zip(live, parsed, actions, strict=True)
-            ]
-            for slot, gen, resp, action, fut in zip(live, gens, parsed, actions, futures, strict=True):
+        )
+        ep.history.append(HistoryItem(plan=resp.plan, action=action, observation=res.observation, thought=resp.thought))
+        limit = min(ep.task.max_steps, cfg.max_steps or ep.task.max_steps)
+        if res.done or res.success or len(ep.steps) >= limit:
+            finish(slot)
+
+    def act(gen) -> tuple[Any, str]:
+        resp = parse_response(gen.text)
+        return resp, normalize_action(resp.action) if resp.well_formed else ""
+
+    def play_slot(slot: _Slot) -> None:
+        """per_episode: this slot's thread plays jobs from the shared queue until it is empty."""
+        while (job := take(slot)) is not None:
+            idx, task, sample = job
+            error = start(slot, task, sample)
+            if error:
+                finish(slot, "errored", error)
+                continue
+            while slot.episode is not None:
                 ep = slot.episode
-                assert ep is not None
-                if gen.error:  # no answer even after the policy server's restarts: errored, as env crashes are
-                    finish(slot, "errored", f"generation failed: {gen.error}")
-                    continue
-                obs_before = ep.history[-1].observation if ep.history else ep.initial_observation
-                if fut is None:
-                    res: StepResult | EnvError = StepResult(INVALID_FORMAT_OBSERVATION, 0.0, False, False, {"invalid": True})
-                else:
-                    res = fut.result()
-                if isinstance(res, EnvError):
-                    if ep.attempts > cfg.max_env_retries:
-                        finish(slot, "errored", f"env crashed: {res}")
-                    else:  # replay from scratch on a fresh env
-                        restart_env(slot)
-                        task, sample, attempts = ep.task, ep.sample, ep.attempts + 1
-                        slot.episode = None
-                        error = start(slot, task, sample, attempts)
-                        if error:
-                            finish(slot, "errored", error)
-                    continue
-                ep.last = res
-                ep.steps.append(
-                    Step(
-                        observation=obs_before, thought=resp.thought, plan=resp.plan,
-                        action=action if resp.well_formed else resp.action, next_observation=res.observation,
-                        reward=res.reward, done=res.done, invalid=bool(res.info.get("invalid", False)),
-                        prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,
-                    )
-                )
-                ep.history.append(HistoryItem(plan=resp.plan, action=action, observation=res.observation, thought=resp.thought))
-                limit = min(ep.task.max_steps, cfg.max_steps or ep.task.max_steps)
-                if res.done or res.success or len(ep.steps) >= limit:
-                    finish(slot)
+                # One seed per (job, step, attempt): reproducible whatever order the threads run in.
+                seed = cfg.seed + (idx * 1_009 + len(ep.steps)) * 8 + ep.attempts
+                [gen] = generator.generate([prompt_of(slot)], temperature=cfg.temperature,
+                                           max_new_tokens=cfg.max_new_tokens, seed=seed)
+                resp, action = act(gen)
+                res = step_one(slot, action) if resp.well_formed and not gen.error else None
+                record(slot, gen, resp, action, res)
+
+    def fill(pool: ThreadPoolExecutor) -> None:
+        """ticks: give every idle slot the next job; envs start and reset side by side."""
+        while True:
+            batch = []
+            for slot in slots:
+                if slot.episode is None and (job := take(slot)) is not None:
+                    batch.append((slot, job[1], job[2]))
+            if not batch:
+                return
+            errors = list(pool.map(lambda job: start(*job), batch))
+            for (slot, _, _), error in zip(batch, errors, strict=True):
+                if error:  # the slot is idle again and takes the next job
+                    finish(slot, "errored", error)
+
+    with ThreadPoolExecutor(max_workers=len(slots)) as pool:
+        if scheduling == "per_episode":
+            for fut in [pool.submit(play_slot, slot) for slot in slots]:
+                fut.result()
+        else:
             fill(pool)
+            tick = 0
+            while any(s.episode for s in slots):
+                live = [s for s in slots if s.episode]
+                gens = generator.generate(
+                    [prompt_of(s) for s in live], temperature=cfg.temperature,
+                    max_new_tokens=cfg.max_new_tokens, seed=cfg.seed + tick,
+                )
+                tick += 1
+                acted = [act(g) for g in gens]
+                futures = [
+                    pool.submit(step_one, s, a) if r.well_formed and not g.error else None
+                    for s, g, (r, a) in zip(live, gens, acted, strict=True)
+                ]
+                for slot, gen, (resp, action), fut in zip(live, gens, acted, futures, strict=True):
+                    record(slot, gen, resp, action, fut.result() if fut is not None else None)
+                fill(pool)
     for slot in slots:
         if slot.env is not None:
             slot.env.close()
     return [results[i] for i in range(len(jobs))]
+
+
+def resolve_scheduling(cfg: RolloutConfig, generator: Generator) -> str:
+    if cfg.scheduling == "auto":
+        return "per_episode" if getattr(generator, "concurrent", False) else "ticks"
+    if cfg.scheduling not in ("ticks", "per_episode"):
+        raise ValueError(f"unknown rollout scheduling {cfg.scheduling!r}: use 'auto', 'ticks' or 'per_episode'")
+    return cfg.scheduling

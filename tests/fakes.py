@@ -49,5 +49,29 @@ class ScriptGenerator:
         return [Generation(self.text, prompt_tokens=10, completion_tokens=5) for _ in prompts]
 
 
+class ServerLikeGenerator(ScriptGenerator):
+    """A `concurrent` generator (what a server backend is): called from many threads at once, one
+    prompt per call; answers for prompts containing a key in `slow` take that many seconds."""
+
+    concurrent = True
+
+    def __init__(self, text: str = ScriptGenerator().text, *, slow: dict[str, float] | None = None) -> None:
+        import threading
+
+        super().__init__(text)
+        self.slow = slow or {}
+        self.seeds: list[tuple[str, int | None]] = []  # (first user message, seed) per call
+        self._lock = threading.Lock()
+
+    def generate(self, prompts, *, temperature, max_new_tokens, seed=None):
+        import time
+
+        text = " ".join(m["content"] for m in prompts[0])
+        time.sleep(max((d for key, d in self.slow.items() if key in text), default=0.0))
+        with self._lock:
+            self.seeds.append((text, seed))
+        return super().generate(prompts, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
+
+
 def counter_task(i: int, target: int = 3, split: str = "train") -> Task:
     return Task(benchmark="counter", split=split, task_id=f"c{i}", max_steps=6, meta={"target": target})

@@ -58,10 +58,11 @@ def stub_cfg(tmp_path):
     return cfg, log
 
 
-def play(gen, n: int = 4, parallel: int = 4):
+def play(gen, n: int = 4, parallel: int = 4, scheduling: str = "auto"):
     return run_rollouts([(counter_task(i), 0) for i in range(n)], make_env=CounterEnv, generator=gen,
                         instructions="Count.", normalize_action=str.strip,
-                        cfg=RolloutConfig(temperature=0.7, max_new_tokens=64, parallel_envs=parallel))
+                        cfg=RolloutConfig(temperature=0.7, max_new_tokens=64, parallel_envs=parallel,
+                                          scheduling=scheduling))
 
 
 def test_rollouts_through_managed_server_stop_at_action_line_and_count_tokens(tmp_path, stub_cfg):
@@ -125,15 +126,17 @@ def test_failed_reload_falls_back_to_restart(tmp_path, stub_cfg):
         assert gen.generate([[{"role": "user", "content": "x"}]], temperature=0, max_new_tokens=16)[0].text == BAD
 
 
-def test_dead_server_is_restarted_and_the_rows_retried(tmp_path, stub_cfg):
+@pytest.mark.parametrize("scheduling", ["ticks", "per_episode"])
+def test_dead_server_is_restarted_and_the_rows_retried(tmp_path, stub_cfg, scheduling):
+    """Per episode, four threads lose the server at once: it is restarted once, not four times."""
     cfg, _ = stub_cfg
     k0 = checkpoint(tmp_path, "k0", die_after_requests=5, die_marker=str(tmp_path / "died"))
     with VLLMServer(cfg) as server:
-        trajs = play(ManagedVLLMGenerator(server, str(k0), "k0"))
+        trajs = play(ManagedVLLMGenerator(server, str(k0), "k0"), scheduling=scheduling)
         kinds = [e.event for e in server.events]
     assert (tmp_path / "died").exists()
     assert [t.status for t in trajs] == ["ok"] * 4 and all(t.success for t in trajs)
-    assert kinds[0] == "start" and "crash" in kinds and kinds[-1] == "restart"
+    assert kinds[0] == "start" and "crash" in kinds and kinds[-1] == "restart" and kinds.count("restart") == 1
 
 
 def test_server_that_stays_dead_gives_errored_episodes_not_a_crashed_run(tmp_path, stub_cfg):
@@ -141,7 +144,7 @@ def test_server_that_stays_dead_gives_errored_episodes_not_a_crashed_run(tmp_pat
     cfg = dataclasses.replace(cfg, max_restarts=1)
     k0 = checkpoint(tmp_path, "k0", die_always=True)
     with VLLMServer(cfg) as server:
-        trajs = play(ManagedVLLMGenerator(server, str(k0), "k0"), n=3, parallel=3)
+        trajs = play(ManagedVLLMGenerator(server, str(k0), "k0"), n=3, parallel=3, scheduling="ticks")
         restarts = [e.event for e in server.events].count("restart")
     assert [t.status for t in trajs] == ["errored"] * 3
     assert all("generation failed" in t.error for t in trajs)

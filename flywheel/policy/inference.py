@@ -26,6 +26,11 @@ class Generation:
 
 
 class Generator(Protocol):
+    """`generate` answers a batch of chat prompts. A generator that may also be called from many
+    threads at once, one prompt per call, because something else batches concurrent requests
+    (an inference server), says so with a class attribute `concurrent = True`; rollouts then
+    let every env slot play on its own (`RolloutConfig.scheduling`)."""
+
     model_id: str
 
     def generate(
@@ -162,6 +167,8 @@ class OpenAICompatibleGenerator:
     Requests are sent concurrently; the server does the batching. The key is masked in
     everything the server sends back (answers, error bodies) before it reaches the store or a log.
     """
+
+    concurrent = True  # the OpenAI client is thread-safe; the server batches
 
     def __init__(self, *, base_url: str, model: str, api_key: str = "EMPTY", concurrency: int = 16) -> None:
         from openai import OpenAI

@@ -288,11 +288,16 @@ class VLLMServer:
             self._stop_locked()
             return self._start_locked(target, "restart")
 
-    def restart(self, reason: str = "") -> ServerEvent:
+    def restart(self, reason: str = "", *, failed_pid: int | None = None) -> ServerEvent | None:
+        """Restart on the same checkpoint. With `failed_pid` (the server process a caller saw fail),
+        nothing happens when another caller has already replaced that process: several threads
+        that lose one server restart it once."""
         with self._lock:
             target = self.model_dir
             if target is None:
                 raise VLLMServerError("restart() before the server was ever started")
+            if failed_pid is not None and self.pid != failed_pid and self.alive():
+                return None
             self._record("crash", 0.0, target, reason)
             self._stop_locked()
             return self._start_locked(target, "restart")
@@ -449,7 +454,12 @@ class StreamingOpenAIGenerator(OpenAICompatibleGenerator):
 
 class ManagedVLLMGenerator:
     """A `Generator` on a `VLLMServer`: makes the server serve its checkpoint, then sends each prompt
-    through `OpenAICompatibleGenerator` (streamed; closed at the end of the action line)."""
+    through `OpenAICompatibleGenerator` (streamed; closed at the end of the action line).
+
+    `concurrent`: rollouts may call `generate` from one thread per env slot at once (the server
+    batches the requests); a server that dies under them is restarted once, not once per thread."""
+
+    concurrent = True
 
     def __init__(self, server: VLLMServer, checkpoint_path: str, model_id: str) -> None:
         self.server = server
@@ -482,6 +492,7 @@ class ManagedVLLMGenerator:
                 errors.update(dict.fromkeys(todo, f"vLLM server: {exc}"))
                 break
             client = self.client()
+            pid = self.server.pid
 
             def one(i: int, client: StreamingOpenAIGenerator = client) -> tuple[int, Generation | BaseException]:
                 # Distinct seeds per row: equal prompts (samples of one task) must not get equal samples.
@@ -514,7 +525,7 @@ class ManagedVLLMGenerator:
                 log.warning("vLLM: %d request(s) failed on a healthy server; retrying", len(retry))
             else:
                 try:
-                    self.server.restart(f"dead server: {errors[retry[0]]}")
+                    self.server.restart(f"dead server: {errors[retry[0]]}", failed_pid=pid)
                 except VLLMServerError as exc:
                     errors.update(dict.fromkeys(retry, f"vLLM restart failed: {exc}"))
                     break

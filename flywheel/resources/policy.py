@@ -46,6 +46,9 @@ class PolicyResource(dg.ConfigurableResource):
     eval_temperature: float = 0.0  # evaluation is greedy
     max_new_tokens: int = RolloutConfig.max_new_tokens
     parallel_envs: int = RolloutConfig.parallel_envs
+    # "auto": each env slot plays on its own against a server backend (vLLM), in lock-step ticks
+    # against transformers; "ticks" / "per_episode" force one (README "Rollout scheduling").
+    scheduling: str = RolloutConfig.scheduling
     # Prompt shape for SFT and rollouts alike (PromptShape): "fused" (BPO) or "react" (the ReAct
     # baselines), how many past steps a prompt keeps, and how long past observations may be.
     history_mode: str = PromptShape.history_mode
@@ -64,6 +67,9 @@ class PolicyResource(dg.ConfigurableResource):
         self.ray_options()  # unknown backends or bad Ray numbers fail here, at the run's first step
         if self.refine_from not in ("base", "previous"):
             raise ConfigurationError(f"policy.refine_from must be 'base' or 'previous', got {self.refine_from!r}")
+        if self.scheduling not in ("auto", "ticks", "per_episode"):
+            raise ConfigurationError(
+                f"policy.scheduling must be 'auto', 'ticks' or 'per_episode', got {self.scheduling!r}")
         run = context.dagster_run
         selection = run.asset_selection if run is not None else None
         if selection is None or dg.AssetKey("sft_checkpoint") in selection:
