@@ -17,7 +17,7 @@ def good_answer(n: int) -> str:
 
 def test_scripted_teacher_is_informative():
     traj = make_traj(n=3)
-    notes = ScriptedTeacher(lambda a: f"do {a}").annotate(traj, "instr")
+    notes = ScriptedTeacher(lambda a: f"do {a}", grounded_lookahead=False).annotate(traj, "instr")
     assert len(notes) == 3
     assert "g" in notes[0].thought and "do a0" in notes[0].thought and "do a1" in notes[0].thought
     assert "a0" in notes[1].thought and "o1" in notes[1].thought  # what the last action changed
@@ -25,6 +25,28 @@ def test_scripted_teacher_is_informative():
     assert all(len(n.plan) < len(n.thought) for n in notes)  # short plan, long thought
     annotated = apply_annotations(traj, notes)
     assert annotated.source == "teacher" and annotated.steps[1].plan == notes[1].plan
+
+
+def test_scripted_lookahead_names_only_what_the_agent_has_seen():
+    """The answer object appears in o_2 (after looking around): no thought before that names it."""
+    from flywheel.trajectory import Step, Trajectory
+
+    obs = ["You are in the kitchen.", "You teleport to the outside.", "Here you see: a butterfly, a rock.",
+           "You focus on the butterfly.", "You move the butterfly to the inventory."]
+    actions = ["teleport to outside", "look around", "focus on butterfly", "pick up butterfly", "teleport to kitchen"]
+    steps = [Step(observation=obs[i], thought="", plan="", action=a, next_observation=obs[i + 1] if i + 1 < 5 else "Done.")
+             for i, a in enumerate(actions)]
+    traj = Trajectory(benchmark="b", split="train", task_id="t", source="expert", iteration=0, sample=0,
+                      goal="Find an animal and move it to the red box in the kitchen.", steps=steps, success=True,
+                      reward=1.0)
+    instructions = "Actions: teleport to LOC, look around, focus on OBJ, pick up OBJ, move OBJ to OBJ."
+    notes = ScriptedTeacher(lambda a: f"do {a}").annotate(traj, instructions)
+    assert "butterfly" not in notes[0].thought + notes[0].plan + notes[1].thought + notes[1].plan
+    assert "do look around" in notes[0].thought and "decide what comes next from what I see" in notes[0].thought
+    assert "do focus on butterfly. After that: do pick up butterfly" in notes[2].thought  # seen in o_2: named
+    assert "do teleport to kitchen" in notes[3].thought  # words from the goal are known from the start
+    leaky = ScriptedTeacher(lambda a: f"do {a}", grounded_lookahead=False).annotate(traj, instructions)
+    assert "butterfly" in leaky[0].thought  # the earlier teacher named it at step 0
 
 
 def test_openai_teacher_retries_5xx_and_429_then_caches(tmp_path):

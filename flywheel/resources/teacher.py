@@ -16,9 +16,13 @@ class ScriptedTeacherResource(TeacherResource):
     """Offline default: thoughts from privileged env structure, labelled 'scripted'."""
 
     lookahead: int = 2
+    # Name an upcoming action only once the agent has seen every word of it (flywheel.teacher.scripted);
+    # false reproduces the earlier teacher, whose thoughts named objects before the agent saw them.
+    grounded_lookahead: bool = True
 
     def build(self, spec: BenchmarkSpec, store: Store) -> Teacher:
-        return ScriptedTeacher(spec.describe_action, lookahead=self.lookahead)
+        return ScriptedTeacher(spec.describe_action, lookahead=self.lookahead,
+                               grounded_lookahead=self.grounded_lookahead)
 
 
 class OpenAITeacherResource(TeacherResource):

@@ -3,6 +3,13 @@
 It knows the goal, the remaining expert path and what each observation changed,
 and phrases them through the env's own `describe_action`. It never claims to be
 an LLM: metadata labels its output "scripted".
+
+Its lookahead is grounded: a thought at step t names an upcoming action only when every word
+of it is already known to the agent at t (the instructions, the goal, the observations up to
+o_t, its own actions); at the first one that is not, it says it will decide from what it sees.
+Naming the answer object before the agent has seen it ("commit to the butterfly" at step 0,
+the product id before the results page) teaches a small student to guess a name, and
+measured: it ran into repeating guesses that never reached the Action line (README).
 """
 
 from __future__ import annotations
@@ -14,6 +21,12 @@ from flywheel.teacher.base import Annotation
 from flywheel.trajectory import Trajectory
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_WORD = re.compile(r"[a-z][a-z0-9]+")
+UNSEEN_NEXT = "decide what comes next from what I see"
+
+
+def _words(text: str) -> set[str]:
+    return set(_WORD.findall(text.lower()))
 
 
 def _first_sentence(text: str, limit: int = 160) -> str:
@@ -32,18 +45,22 @@ def _novel_part(before: str, after: str) -> str:
 class ScriptedTeacher:
     name = "scripted"
 
-    def __init__(self, describe_action: Callable[[str], str], *, lookahead: int = 2) -> None:
+    def __init__(self, describe_action: Callable[[str], str], *, lookahead: int = 2,
+                 grounded_lookahead: bool = True) -> None:
         self.describe = describe_action
         self.lookahead = lookahead
+        self.grounded_lookahead = grounded_lookahead  # False: name upcoming actions unseen (the earlier teacher)
 
     def annotate(self, traj: Trajectory, instructions: str) -> list[Annotation]:
         actions = [s.action for s in traj.steps]
         total = len(actions)
         goal = traj.goal.strip() or _first_sentence(traj.initial_observation, 240)
+        known = _words(instructions) | _words(goal) | _words(traj.initial_observation)
         notes = []
         for t, step in enumerate(traj.steps):
+            known |= _words(step.observation) | _words(step.action)
             intent = self.describe(step.action)
-            upcoming = [self.describe(a) for a in actions[t + 1 : t + 1 + self.lookahead]]
+            upcoming = self._upcoming(actions[t + 1 : t + 1 + self.lookahead], known)
             if t == 0:
                 situation = f"Goal: {goal} I expect about {total} steps."
             else:
@@ -55,6 +72,17 @@ class ScriptedTeacher:
             plan = f"{intent[0].upper()}{intent[1:]}." + (f" Then {upcoming[0]}." if upcoming else " Done after that.")
             notes.append(Annotation(thought=thought, plan=plan))
         return notes
+
+    def _upcoming(self, actions: list[str], known: set[str]) -> list[str]:
+        """The next actions described, up to the first one the agent could not name yet."""
+        out = []
+        for a in actions:
+            if self.grounded_lookahead and not _words(a) <= known:
+                out.append(UNSEEN_NEXT)
+                break
+            out.append(self.describe(a))
+            known = known | _words(a)
+        return out
 
     def propose_tasks(
         self,
