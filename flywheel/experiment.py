@@ -433,6 +433,7 @@ def collect_results(preset: Preset, runs: Path) -> dict[str, Any]:
 
     out: dict[str, Any] = {"preset": preset.name, "benchmark": preset.benchmark, "iterations": preset.iterations,
                            "model": preset.model, "description": preset.description, "arms": {}}
+    outcomes: dict[str, dict[tuple[int, str], dict[str, bool]]] = {}
     for arm in preset.arms:
         arm_dir = runs / arm
         db_path = arm_dir / "flywheel.duckdb"
@@ -442,11 +443,35 @@ def collect_results(preset: Preset, runs: Path) -> dict[str, Any]:
         sections = preset.arm_sections(arm)
         splits = EnvResource(**sections.get("envs", {})).eval_splits(preset.benchmark)
         progress = json.loads((arm_dir / "progress.json").read_text()) if (arm_dir / "progress.json").exists() else {}
-        res = arm_results(Store(db_path, read_only=True), preset.benchmark, preset.iterations, progress, splits)
+        store = Store(db_path, read_only=True)
+        res = arm_results(store, preset.benchmark, preset.iterations, progress, splits)
         res["config"] = sections
         res["splits"] = list(splits)
         out["arms"][arm] = res
+        evaluated = {(r["iteration"], r["split"]) for r in store.evaluation_rows(preset.benchmark)}
+        outcomes[arm] = {key: {t: v[0] for t, v in store.policy_outcomes(preset.benchmark, *key).items()}
+                         for key in sorted(evaluated) if key[1] in splits}
+    out["arm_comparisons"] = compare_arms(outcomes)
     return out
+
+
+def compare_arms(outcomes: dict[str, dict[tuple[int, str], dict[str, bool]]]) -> list[dict[str, Any]]:
+    """Each arm against the first arm that has evaluations, at every (k, split) both evaluated, paired
+    over the tasks both played (arms evaluate the same tasks), plus the splits pooled per k."""
+    arms = [a for a, o in outcomes.items() if o]
+    if len(arms) < 2:
+        return []
+    ref, rows = arms[0], []
+    for arm in arms[1:]:
+        common = sorted(set(outcomes[arm]) & set(outcomes[ref]))
+        for k in sorted({k for k, _ in common}):
+            splits = [s for kk, s in common if kk == k]
+            for s in (*splits, "all") if len(splits) > 1 else splits:
+                pick = splits if s == "all" else [s]
+                a = {f"{sp}/{t}": v for sp in pick for t, v in outcomes[arm][(k, sp)].items()}
+                b = {f"{sp}/{t}": v for sp in pick for t, v in outcomes[ref][(k, sp)].items()}
+                rows.append({"arm": arm, "reference": ref, "k": k, "split": s, **paired_difference(a, b)})
+    return rows
 
 
 # -- the report ------------------------------------------------------------------------------
@@ -521,6 +546,15 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
             parts += [f"Stage wall time: {total / 60:.1f} min in all; " + ", ".join(
                 f"{k} {v.get('seconds', 0) / 60:.1f}" for k, v in stages.items()) + " (min).", ""]
         parts += ["Configuration:", "", "```json", json.dumps(res["config"], indent=1, sort_keys=True), "```", ""]
+    if results.get("arm_comparisons"):
+        parts += ["## Arms compared", "",
+                  "Each arm against the first evaluated arm at the same k, paired over the same evaluation tasks.", ""]
+        parts += [_md(["arm vs reference", "k", "split", "n", "delta (pts)", "95% CI (pts)", "gained", "lost",
+                       "McNemar p", "excludes 0"],
+                      [[f"{c['arm']} vs {c['reference']}", c["k"], c["split"], c["n"], f"{100 * c['delta']:+.1f}",
+                        f"[{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}]", c["gained"], c["lost"],
+                        f"{c['mcnemar_p']:.3g}", "yes" if c["significant"] else "no"]
+                       for c in results["arm_comparisons"]]), ""]
     if preset.notes:
         parts += ["## Notes", ""] + [f"- {n}" for n in preset.notes] + [""]
     parts += ["Plots: `success_by_k.png`, `gate_by_k.png`, `rollout_pass_by_k.png` beside this file."]

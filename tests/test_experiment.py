@@ -161,6 +161,22 @@ def test_paired_difference_and_mcnemar():
     assert same["delta"] == 0 and not same["significant"]
 
 
+def test_arms_are_compared_with_the_first_evaluated_arm_paired_over_tasks():
+    from flywheel.experiment import compare_arms
+
+    tasks = [f"t{i}" for i in range(20)]
+    ref = {(0, "seen"): {t: i < 2 for i, t in enumerate(tasks)}, (0, "unseen"): {t: False for t in tasks}}
+    better = {(0, "seen"): {t: i < 12 for i, t in enumerate(tasks)}, (0, "unseen"): {t: i < 5 for i, t in enumerate(tasks)},
+              (1, "seen"): {t: True for t in tasks}}  # k=1: the reference has none, so no row
+    rows = compare_arms({"not-run": {}, "bpo": ref, "fixed": better})
+    assert [(r["arm"], r["reference"], r["k"], r["split"]) for r in rows] == [
+        ("fixed", "bpo", 0, "seen"), ("fixed", "bpo", 0, "unseen"), ("fixed", "bpo", 0, "all")]
+    seen, unseen, pooled = rows
+    assert (seen["n"], seen["gained"], seen["lost"], seen["delta"]) == (20, 10, 0, 0.5) and seen["significant"]
+    assert (unseen["gained"], pooled["n"], pooled["gained"]) == (5, 40, 15)
+    assert compare_arms({"bpo": ref}) == []
+
+
 @pytest.mark.parametrize("path", sorted((REPO / "experiments").glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_shipped_preset_builds_every_arm(path: Path, tmp_path: Path):
     """Each preset in experiments/ names only fields its resources take, for its backend and every arm:
