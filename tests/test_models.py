@@ -68,6 +68,47 @@ def test_action_line_stop_fires_exactly_after_each_rows_action_line(tiny):
         assert cut_after_action(tok.decode(rows[i][: fired_at[i] - 1])) == tok.decode(rows[i][: fired_at[i] - 1]).strip()
 
 
+def test_looping_answers_are_recognised():
+    from flywheel.policy.inference import looping
+
+    assert looping("Thought: then commit to the " + "baby " * 8)
+    assert looping("Thought: ok\n" + "Thought': '" * 8)
+    assert not looping("Thought: then commit to the " + "baby " * 6)  # 6 in a row is not yet a loop
+    assert not looping("Thought: I see an egg egg egg egg egg here.\nPlan: focus")
+    assert not looping("Thought: " + "baby " * 10 + "\nPlan: p\nAction: focus on baby\n")  # it has its action
+    assert not looping("Thought: look around the kitchen, then the hallway, then the garden and the bedroom.")
+
+
+def test_action_line_stop_ends_a_looping_row_only_when_asked(tiny):
+    """Row 0 loops, row 1 writes a normal thought: with stop_on_loop only row 0 stops, at a check."""
+    import torch
+
+    from flywheel.policy.inference import action_line_stop
+
+    gen = TransformersGenerator(str(tiny))
+    tok = gen.tokenizer
+    texts = ["Thought: commit to the " + "baby " * 30,
+             "Thought: I will look around, " + ", ".join(f"then room {i}" for i in range(40))]
+    rows = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    width = min(map(len, rows))
+    prompt = [[7, 8, 9]] * 2
+
+    def fired(stop_on_loop):
+        stop = action_line_stop(tok, 3, gen._newline_ids(), stop_on_loop=stop_on_loop, loop_every=4)
+        at: list[int | None] = [None, None]
+        for n in range(1, width + 1):
+            done = stop(torch.tensor([p + r[:n] for p, r in zip(prompt, rows, strict=True)]), None)
+            for i in range(2):
+                if done[i] and at[i] is None:
+                    at[i] = n
+        return at
+
+    assert fired(False) == [None, None]
+    at = fired(True)
+    assert at[1] is None and at[0] is not None and at[0] % 4 == 0 and at[0] < width
+    assert tok.decode(rows[0][: at[0]]).count("baby") >= 8
+
+
 def test_auto_dtype_follows_the_hardware(monkeypatch):
     """bf16 only where it is native: an AVX2-only CPU computes it ~100x slower than float32."""
     import flywheel.policy.training as training

