@@ -117,6 +117,9 @@ def test_killed_experiment_resumes_without_redoing_stages(tmp_path):
     assert set(done_after) == {s for s, _, _ in stage_plan("webshop", 1)}
     for stage, info in done_before.items():  # finished stages were not run again
         assert done_after[stage] == info
+    for stage, info in done_after.items():  # each stage records the process's memory after it
+        assert info["rss_gib"] > 0.1, (stage, info)
+        assert info["peak_rss_gib"] >= info["rss_gib"], (stage, info)
     assert db.query("SELECT checkpoint_id FROM checkpoints WHERE iteration = 0")["checkpoint_id"].to_list() == ckpt0
     dup = db.query("SELECT task_id, sample, count(*) AS n FROM trajectories WHERE source = 'policy' "
                    "AND split = 'train' AND iteration = 0 GROUP BY 1, 2 HAVING count(*) > 1")
