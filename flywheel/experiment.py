@@ -473,12 +473,53 @@ def collect_results(preset: Preset, runs: Path) -> dict[str, Any]:
         res = arm_results(store, preset.benchmark, preset.iterations, progress, splits)
         res["config"] = sections
         res["splits"] = list(splits)
+        types_of = task_types_of(preset, sections.get("envs", {}), splits)
+        res["by_task_type"] = success_by_type(store, preset.benchmark, preset.iterations, splits, types_of)
         out["arms"][arm] = res
         evaluated = {(r["iteration"], r["split"]) for r in store.evaluation_rows(preset.benchmark)}
         outcomes[arm] = {key: {t: v[0] for t, v in store.policy_outcomes(preset.benchmark, *key).items()}
                          for key in sorted(evaluated) if key[1] in splits}
     out["arm_comparisons"] = compare_arms(outcomes)
     return out
+
+
+def task_types_of(preset: Preset, envs_section: dict[str, Any], splits: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """{split: {task_id: type}} for the preset's `envs.task_types`, asked of the benchmark's spec one type
+    at a time (the spec knows what a type is: a ScienceWorld task name, a WebShop category), never parsed
+    from ids. Empty when the preset names no types."""
+    from flywheel.resources import EnvResource
+
+    types = envs_section.get("task_types", {}).get(preset.benchmark) or []
+    out: dict[str, dict[str, str]] = {}
+    for kind in types:
+        env = EnvResource(**{**envs_section, "task_types": {preset.benchmark: [kind]},
+                             "train_limit": None, "eval_limit": None, "seed_limit": None})
+        for split in ("train", *splits):
+            for task in env.tasks(preset.benchmark, split):
+                out.setdefault(split, {})[task.task_id] = kind
+    return out
+
+
+def success_by_type(store: Store, benchmark: str, iterations: int, splits: tuple[str, ...],
+                    types_of: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
+    """Per task type and k: greedy evaluation successes per split, and training-rollout passes (split
+    "train"), each with n and a Wilson interval. Shows what a pooled rate hides: the gate can only add
+    data on types the policy already solves sometimes, and k+1 can forget a type outright."""
+    rows: list[dict[str, Any]] = []
+    for k in range(iterations + 1):
+        counts: dict[tuple[str, str], list[int]] = {}
+        for split in splits:
+            for task, (ok, _) in store.policy_outcomes(benchmark, k, split).items():
+                if (kind := types_of.get(split, {}).get(task)) is not None:
+                    c = counts.setdefault((split, kind), [0, 0])
+                    c[0], c[1] = c[0] + 1, c[1] + int(ok)
+        for task, (attempts, passed) in store.rollout_task_outcomes(benchmark, k).items():
+            if (kind := types_of.get("train", {}).get(task)) is not None:
+                c = counts.setdefault(("train", kind), [0, 0])
+                c[0], c[1] = c[0] + attempts, c[1] + passed
+        rows += [{"k": k, "split": split, "type": kind, **_rate(x, n)}
+                 for (split, kind), (n, x) in sorted(counts.items())]
+    return rows
 
 
 def compare_arms(outcomes: dict[str, dict[tuple[int, str], dict[str, bool]]]) -> list[dict[str, Any]]:
@@ -562,6 +603,15 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
                        "rollout pass rate %", "train pass@n % (tasks)", "seed-task pass %", "non-seed-task pass %",
                        "episodes/min", "gated new", "gated tasks", "gated tasks w/o seed", "gated total"], flow), ""]
         parts += [f"Seed tasks (teacher trajectories): {res['seed_tasks']}.", ""]
+        if res.get("by_task_type"):
+            ks = sorted({r["k"] for r in res["by_task_type"]})
+            cells = {(r["type"], r["split"], r["k"]): f"{r['successes']}/{r['n']}" for r in res["by_task_type"]}
+            keys = sorted({(r["type"], r["split"]) for r in res["by_task_type"]},
+                          key=lambda ts: (ts[0], ts[1] == "train", ts[1]))
+            parts += ["**By task type** (successes/n: greedy evaluation per split; `train`: the training rollouts "
+                      "of checkpoint k):", ""]
+            parts += [_md(["type", "split", *[f"k={k}" for k in ks]],
+                          [[t, s, *[cells.get((t, s, k), "-") for k in ks]] for t, s in keys]), ""]
         if res.get("stopped"):
             parts += [f"**Stopped early:** {res['stopped']}", ""]
         if res.get("empty_gates"):

@@ -27,7 +27,9 @@ MINI = {
     "iterations": 1,
     "model": "tiny",
     "description": "tiny model, 3 WebShop goals, K=1",
-    "envs": {"seed_limit": 2, "train_limit": 3, "eval_limit": 3, "max_steps": 3},
+    # All five stand-in categories: the same goals as no filter, and the report gets its by-type table.
+    "envs": {"seed_limit": 2, "train_limit": 3, "eval_limit": 3, "max_steps": 3,
+             "task_types": {"webshop": ["beauty", "electronics", "fashion", "furniture", "grocery"]}},
     "policy": {"epochs": 1, "max_new_tokens": 24, "samples_per_task": 2, "parallel_envs": 3, "batch_size": 4,
                "temperature": 1.0},
     "curriculum": {"synthesize": False},
@@ -75,8 +77,25 @@ def test_mini_preset_end_to_end_report_matches_store(tmp_path, capsys):
     assert arm["seed_tasks"] == 2  # seeds come from the first seed_limit train tasks only
     (cmp_,) = [c for c in arm["comparisons"] if c["new"] == 1 and c["old"] == 0]
     assert cmp_["n"] == 3
+    # Per task type (asked of the spec, not parsed from ids): the types' counts add up to each split's.
+    by_type = arm["by_task_type"]
+    for row in arm["per_k"]:
+        k = row["k"]
+        typed = [r for r in by_type if r["k"] == k and r["split"] == "unseen"]
+        assert sum(r["n"] for r in typed) == row["splits"]["unseen"]["n"] == 3
+        assert sum(r["successes"] for r in typed) == row["splits"]["unseen"]["successes"]
+    ro = arm["per_k"][0]["rollouts"]  # K=1: only checkpoint 0 rolls out
+    train = [r for r in by_type if r["k"] == 0 and r["split"] == "train"]
+    assert sum(r["n"] for r in train) == ro["episodes"] - ro["errored"] > 0
+    assert sum(r["successes"] for r in train) == ro["successes"]
+    from collections import Counter
+
+    from flywheel.resources import EnvResource
+    played = EnvResource(**{k: v for k, v in MINI["envs"].items() if k != "task_types"}).tasks("webshop", "unseen")
+    assert {r["type"]: r["n"] for r in by_type if r["k"] == 0 and r["split"] == "unseen"} == dict(
+        Counter(t.meta["category"] for t in played))
     report = (results / "report.md").read_text()
-    assert "k=1 vs k=0" in report and "(successes/n)" in report
+    assert "k=1 vs k=0" in report and "(successes/n)" in report and "**By task type**" in report
     # The report is rebuilt from the store alone, identically, and without writing to it.
     before = (runs / "bpo" / "flywheel.duckdb").stat().st_mtime
     assert main(["experiment", str(preset), "--runs-dir", str(runs), "--results-dir", str(tmp_path / "r2"),
