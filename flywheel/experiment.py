@@ -494,9 +494,12 @@ def task_types_of(preset: Preset, envs_section: dict[str, Any], splits: tuple[st
     for kind in types:
         env = EnvResource(**{**envs_section, "task_types": {preset.benchmark: [kind]},
                              "train_limit": None, "eval_limit": None, "seed_limit": None})
-        for split in ("train", *splits):
-            for task in env.tasks(preset.benchmark, split):
-                out.setdefault(split, {})[task.task_id] = kind
+        try:
+            for split in ("train", *splits):
+                for task in env.tasks(preset.benchmark, split):
+                    out.setdefault(split, {})[task.task_id] = kind
+        finally:
+            env.close()  # a spec may hold helpers (a search index, a JVM)
     return out
 
 
