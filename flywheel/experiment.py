@@ -381,7 +381,7 @@ def _rate(successes: int, n: int) -> dict[str, Any]:
 
 
 def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[str, Any],
-                splits: tuple[str, ...]) -> dict[str, Any]:
+                splits: tuple[str, ...], types_of: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
     """Everything the report shows for one arm, read from its store (and its stage timings)."""
     done = progress.get("done", {})
     evals = {(r["iteration"], r["split"]): r for r in store.evaluation_rows(benchmark)}
@@ -390,6 +390,8 @@ def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[st
     gates = {r["iteration"]: r for r in store.iterations(benchmark).iter_rows(named=True)}
     rollouts = {r["iteration"]: r for r in store.rollout_summary(benchmark)}
     seeds = set(store.seed_task_ids(benchmark))
+    # (attempts, successes) per task for every (k, split) read below; split "train" = checkpoint k's rollouts.
+    per_task_counts = {key: {t: (1, int(ok)) for t, (ok, _) in out.items()} for key, out in outcomes.items()}
     per_k: list[dict[str, Any]] = []
     for k in range(iterations + 1):
         row: dict[str, Any] = {"k": k, "splits": {}}
@@ -417,7 +419,7 @@ def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[st
         if k in rollouts:
             r = rollouts[k]
             secs = done.get(f"rollouts:{k}", {}).get("seconds")
-            per_task = store.rollout_task_outcomes(benchmark, k)
+            per_task = per_task_counts[(k, "train")] = store.rollout_task_outcomes(benchmark, k)
             seed_tasks = [t for t in per_task if t in seeds]
             new_tasks = [t for t in per_task if t not in seeds]
             row["rollouts"] = {
@@ -451,6 +453,7 @@ def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[st
                 b = {t: v[0] for t, v in outcomes[(old, s)].items()}
             comparisons.append({"new": new, "old": old, "split": s, **paired_difference(a, b)})
     return {"per_k": per_k, "comparisons": comparisons, "seed_tasks": len(seeds),
+            "by_task_type": success_by_type(per_task_counts, types_of or {}),
             "stages": done, "stopped": progress.get("stopped"), "empty_gates": progress.get("empty_gates", [])}
 
 
@@ -470,11 +473,10 @@ def collect_results(preset: Preset, runs: Path) -> dict[str, Any]:
         splits = EnvResource(**sections.get("envs", {})).eval_splits(preset.benchmark)
         progress = json.loads((arm_dir / "progress.json").read_text()) if (arm_dir / "progress.json").exists() else {}
         store = Store(db_path, read_only=True)
-        res = arm_results(store, preset.benchmark, preset.iterations, progress, splits)
+        res = arm_results(store, preset.benchmark, preset.iterations, progress, splits,
+                          types_of=task_types_of(preset, sections.get("envs", {}), splits))
         res["config"] = sections
         res["splits"] = list(splits)
-        types_of = task_types_of(preset, sections.get("envs", {}), splits)
-        res["by_task_type"] = success_by_type(store, preset.benchmark, preset.iterations, splits, types_of)
         out["arms"][arm] = res
         evaluated = {(r["iteration"], r["split"]) for r in store.evaluation_rows(preset.benchmark)}
         outcomes[arm] = {key: {t: v[0] for t, v in store.policy_outcomes(preset.benchmark, *key).items()}
@@ -503,25 +505,20 @@ def task_types_of(preset: Preset, envs_section: dict[str, Any], splits: tuple[st
     return out
 
 
-def success_by_type(store: Store, benchmark: str, iterations: int, splits: tuple[str, ...],
+def success_by_type(per_task: dict[tuple[int, str], dict[str, tuple[int, int]]],
                     types_of: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
-    """Per task type and k: greedy evaluation successes per split, and training-rollout passes (split
-    "train"), each with n and a Wilson interval. Shows what a pooled rate hides: the gate can only add
-    data on types the policy already solves sometimes, and k+1 can forget a type outright."""
+    """Per task type, k and split: successes with n and a Wilson interval, from (attempts, successes) per
+    task at each (k, split) (evaluation splits: greedy episodes; "train": checkpoint k's rollouts). Shows
+    what a pooled rate hides: the gate can only add data on types the policy already solves sometimes,
+    and k+1 can forget a type outright."""
     rows: list[dict[str, Any]] = []
-    for k in range(iterations + 1):
-        counts: dict[tuple[str, str], list[int]] = {}
-        for split in splits:
-            for task, (ok, _) in store.policy_outcomes(benchmark, k, split).items():
-                if (kind := types_of.get(split, {}).get(task)) is not None:
-                    c = counts.setdefault((split, kind), [0, 0])
-                    c[0], c[1] = c[0] + 1, c[1] + int(ok)
-        for task, (attempts, passed) in store.rollout_task_outcomes(benchmark, k).items():
-            if (kind := types_of.get("train", {}).get(task)) is not None:
-                c = counts.setdefault(("train", kind), [0, 0])
+    for (k, split), tasks in sorted(per_task.items()):
+        counts: dict[str, list[int]] = {}
+        for task, (attempts, passed) in tasks.items():
+            if (kind := types_of.get(split, {}).get(task)) is not None:
+                c = counts.setdefault(kind, [0, 0])
                 c[0], c[1] = c[0] + attempts, c[1] + passed
-        rows += [{"k": k, "split": split, "type": kind, **_rate(x, n)}
-                 for (split, kind), (n, x) in sorted(counts.items())]
+        rows += [{"k": k, "split": split, "type": kind, **_rate(x, n)} for kind, (n, x) in sorted(counts.items())]
     return rows
 
 

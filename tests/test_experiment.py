@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import dagster as dg
@@ -16,6 +17,7 @@ import yaml
 from flywheel.cli import main
 from flywheel.experiment import load_preset, run_experiment, stage_plan
 from flywheel.quality import mcnemar_exact_p, paired_difference
+from flywheel.resources import EnvResource
 from flywheel.store import Store
 from flywheel.validation import ConfigurationError
 
@@ -88,9 +90,6 @@ def test_mini_preset_end_to_end_report_matches_store(tmp_path, capsys):
     train = [r for r in by_type if r["k"] == 0 and r["split"] == "train"]
     assert sum(r["n"] for r in train) == ro["episodes"] - ro["errored"] > 0
     assert sum(r["successes"] for r in train) == ro["successes"]
-    from collections import Counter
-
-    from flywheel.resources import EnvResource
     played = EnvResource(**{k: v for k, v in MINI["envs"].items() if k != "task_types"}).tasks("webshop", "unseen")
     assert {r["type"]: r["n"] for r in by_type if r["k"] == 0 and r["split"] == "unseen"} == dict(
         Counter(t.meta["category"] for t in played))
