@@ -310,7 +310,7 @@ def run_arm(
 NOT_IN_SFT0 = {
     "envs": ("train_limit", "eval_limit", "eval_splits", "max_steps"),
     "policy": ("samples_per_task", "temperature", "eval_temperature", "max_new_tokens", "parallel_envs",
-               "keep_server", "refine_from"),
+               "keep_server", "refine_from", "replay"),
 }
 
 

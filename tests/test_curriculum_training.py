@@ -128,13 +128,13 @@ def test_refine_from_previous_continues_from_checkpoint_k_minus_1_on_new_success
 
     monkeypatch.setattr(training_assets, "train_sft", fake_train)
 
-    def sft(k, refine_from):
+    def sft(k, refine_from, replay="matched"):
         return dg.materialize(
             [training_assets.sft_checkpoint], partition_key=str(partition_key(BENCH, k)),
             instance=dg.DagsterInstance.ephemeral(),
             resources={"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "envs": EnvResource(),
                        "policy": TransformersPolicy(base_model_path="the-base", checkpoints_dir=str(tmp_path / "ck"),
-                                                    refine_from=refine_from),
+                                                    refine_from=refine_from, replay=replay),
                        "curriculum": CurriculumResource(order="shuffle"), "loop": LoopResource()})
 
     assert sft(0, "previous").success
@@ -155,3 +155,12 @@ def test_refine_from_previous_continues_from_checkpoint_k_minus_1_on_new_success
     assert sft(1, "base").success  # the default: from the base model, on all 7 + 2 trajectories
     base_b, examples_b = calls[-1]
     assert base_b == "the-base" and len({r["task_id"] for r in examples_b}) == 9
+    # replay "all": the warm start from checkpoint 0, but every seed, curriculum and gated trajectory
+    result = sft(1, "previous", replay="all")
+    assert result.success
+    base_a, examples_a = calls[-1]
+    assert base_a == ck0 and len({r["task_id"] for r in examples_a}) == 9
+    assert sorted(map(str, examples_a)) == sorted(map(str, examples_b))  # the same pairs as from the base model
+    meta = result.get_asset_materialization_events()[0].materialization.metadata
+    assert meta["gated_trajectories"].value == 2 and meta["seed_or_curriculum_trajectories"].value == 7
+

@@ -36,22 +36,25 @@ from flywheel.trajectory import Trajectory
 
 def training_set(
     db: Store, benchmark: str, iteration: int, *, include_synthetic: bool = True, refine_from: str = "base",
-    seed: int = 0,
+    seed: int = 0, replay: str = "matched",
 ) -> tuple[list[Trajectory], dict[str, int]]:
     """Seeds and curriculum, then the gated successes of iterations < k (through the store).
 
-    `refine_from="previous"` (k > 0, training continues from checkpoint k-1): only gate k-1's
-    successes, plus as many seed/curriculum trajectories replayed (a fixed random draw), so
-    that k-1's skills are rehearsed without training on everything again.
+    `refine_from="previous"` (k > 0, training continues from checkpoint k-1) with `replay="matched"`:
+    only gate k-1's successes, plus as many seed/curriculum trajectories replayed (a fixed random
+    draw), so that k-1's skills are rehearsed without training on everything again. A small draw can
+    leave a task type out, and a small set is seen for several epochs: cpu-scienceworld's k=2 (8 new
+    + 8 replayed) lost a whole type. `replay="all"` keeps the warm start but trains on everything,
+    as `refine_from="base"` does: seeds, curriculum and every gated success so far.
     """
     base = db.load_trajectories(benchmark=benchmark, source="teacher")
     if include_synthetic:
         base += db.load_trajectories(benchmark=benchmark, source="synthetic")
-    if refine_from == "previous" and iteration > 0:
+    if refine_from == "previous" and replay == "matched" and iteration > 0:
         new_ids = db.gated_ids_of(benchmark, iteration - 1)
         new = db.load_trajectories(new_ids) if new_ids else []
-        replay = random.Random(seed + iteration).sample(base, min(len(base), len(new)))
-        return replay + new, {"seed_or_curriculum": len(replay), "gated": len(new)}
+        replayed = random.Random(seed + iteration).sample(base, min(len(base), len(new)))
+        return replayed + new, {"seed_or_curriculum": len(replayed), "gated": len(new)}
     gated_ids = db.gated_ids(benchmark, up_to_iteration=iteration - 1) if iteration > 0 else []
     gated = db.load_trajectories(gated_ids) if gated_ids else []
     return base + gated, {"seed_or_curriculum": len(base), "gated": len(gated)}
@@ -85,7 +88,8 @@ def sft_checkpoint(
                                 continue_on_empty_gate=loop.continue_on_empty_gate):
             fail_once(context, gate_refusal(benchmark, k - 1, passed, int(gate["passed"] or 0)))
     trajs, counts = training_set(db, benchmark, k, include_synthetic=curriculum.synthesize,
-                                 refine_from=policy.refine_from, seed=policy.seed)
+                                 refine_from=policy.refine_from, seed=policy.seed,
+                                 replay=policy.replay)
     start_model = policy.base_model_path
     if policy.refine_from == "previous" and k > 0:  # continue from checkpoint k-1
         start_model = checkpoint_for(db, benchmark, k - 1)["path"]
@@ -118,6 +122,7 @@ def sft_checkpoint(
     train = train_sft if policy.sft_backend == "local" else policy.train
     result = train(start_model, examples, out, cfg, progress=context.log.info)
     lineage = {"fingerprint": fingerprint, "base_model": start_model, "refine_from": policy.refine_from,
+               "replay": policy.replay,
                "iteration": k, "dataset": counts,
                "gated_iterations": list(range(k)), "examples": result.n_examples, "train_steps": result.steps,
                "batch_size": cfg.batch_size, "train_seconds": round(time.monotonic() - started, 1)}

@@ -40,6 +40,10 @@ class PolicyResource(dg.ConfigurableResource):
     # success so far) or "previous" (checkpoint k-1, on gate k-1's new successes plus as many
     # replayed seed/curriculum trajectories: far fewer SFT tokens per iteration).
     refine_from: str = "base"
+    # With refine_from "previous", what k > 0 trains on besides gate k-1's new successes: "matched" (as
+    # many replayed seed/curriculum trajectories, a random draw) or "all" (seeds, curriculum and every
+    # gated success so far, as refine_from "base" does, but continuing from checkpoint k-1).
+    replay: str = "matched"
     # rollouts (RolloutConfig)
     samples_per_task: int = 2
     temperature: float = RolloutConfig.temperature
@@ -67,6 +71,8 @@ class PolicyResource(dg.ConfigurableResource):
         self.ray_options()  # unknown backends or bad Ray numbers fail here, at the run's first step
         if self.refine_from not in ("base", "previous"):
             raise ConfigurationError(f"policy.refine_from must be 'base' or 'previous', got {self.refine_from!r}")
+        if self.replay not in ("matched", "all"):
+            raise ConfigurationError(f"policy.replay must be 'matched' or 'all', got {self.replay!r}")
         if self.scheduling not in ("auto", "ticks", "per_episode"):
             raise ConfigurationError(
                 f"policy.scheduling must be 'auto', 'ticks' or 'per_episode', got {self.scheduling!r}")
