@@ -381,11 +381,22 @@ def _rate(successes: int, n: int) -> dict[str, Any]:
 
 
 def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[str, Any],
-                splits: tuple[str, ...], types_of: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
-    """Everything the report shows for one arm, read from its store (and its stage timings)."""
+                splits: tuple[str, ...], types_of: dict[str, dict[str, str]] | None = None,
+                k0_from: tuple[str, Store] | None = None) -> dict[str, Any]:
+    """Everything the report shows for one arm, read from its store (and its stage timings).
+
+    `k0_from` (ARM, its store): this arm took its k=0 checkpoint from ARM (`method.start_from`) and did not
+    evaluate it again; its k-vs-0 comparisons then use ARM's k=0 evaluation of the same weights, marked
+    `old_arm`, and its by-type table shows them as k=0 (the per-k table keeps only this arm's own evaluations)."""
     done = progress.get("done", {})
     evals = {(r["iteration"], r["split"]): r for r in store.evaluation_rows(benchmark)}
     outcomes = {(k, s): store.policy_outcomes(benchmark, k, s) for k in range(iterations + 1) for s in splits}
+    k0_arm = None
+    if k0_from is not None and not any((0, s) in evals for s in splits):
+        source_evals = {(r["iteration"], r["split"]) for r in k0_from[1].evaluation_rows(benchmark)}
+        if all((0, s) in source_evals for s in splits):
+            k0_arm = k0_from[0]
+            outcomes.update({(0, s): k0_from[1].policy_outcomes(benchmark, 0, s) for s in splits})
     checkpoints = {r["iteration"]: r for r in store.checkpoint_rows(benchmark)}
     gates = {r["iteration"]: r for r in store.iterations(benchmark).iter_rows(named=True)}
     rollouts = {r["iteration"]: r for r in store.rollout_summary(benchmark)}
@@ -438,7 +449,7 @@ def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[st
                            "distinct_tasks": len(gated_tasks),
                            "tasks_without_seed": len([t for t in gated_tasks if t not in seeds])}
         per_k.append(row)
-    evaluated = [k for k in range(iterations + 1) if all((k, s) in evals for s in splits)]
+    evaluated = [k for k in range(iterations + 1) if all((k, s) in evals for s in splits) or (k == 0 and k0_arm)]
     comparisons: list[dict[str, Any]] = []
     pairs = [(k, k - 1) for k in evaluated if k - 1 in evaluated]
     if evaluated and evaluated[-1] != 0 and 0 in evaluated and (evaluated[-1], 0) not in pairs:
@@ -451,7 +462,8 @@ def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[st
             else:
                 a = {t: v[0] for t, v in outcomes[(new, s)].items()}
                 b = {t: v[0] for t, v in outcomes[(old, s)].items()}
-            comparisons.append({"new": new, "old": old, "split": s, **paired_difference(a, b)})
+            comparisons.append({"new": new, "old": old, "split": s, **paired_difference(a, b),
+                                **({"old_arm": k0_arm} if old == 0 and k0_arm else {})})
     return {"per_k": per_k, "comparisons": comparisons, "seed_tasks": len(seeds),
             "by_task_type": success_by_type(per_task_counts, types_of or {}),
             "stages": done, "stopped": progress.get("stopped"), "empty_gates": progress.get("empty_gates", [])}
@@ -473,8 +485,12 @@ def collect_results(preset: Preset, runs: Path) -> dict[str, Any]:
         splits = EnvResource(**sections.get("envs", {})).eval_splits(preset.benchmark)
         progress = json.loads((arm_dir / "progress.json").read_text()) if (arm_dir / "progress.json").exists() else {}
         store = Store(db_path, read_only=True)
+        method = sections.get("method", {})
+        source = method.get("start_from") if not method.get("evaluate_start", True) else None
+        source_db = runs / source / "flywheel.duckdb" if source else None
         res = arm_results(store, preset.benchmark, preset.iterations, progress, splits,
-                          types_of=task_types_of(preset, sections.get("envs", {}), splits))
+                          types_of=task_types_of(preset, sections.get("envs", {}), splits),
+                          k0_from=(source, Store(source_db, read_only=True)) if source_db and source_db.exists() else None)
         res["config"] = sections
         res["splits"] = list(splits)
         out["arms"][arm] = res
@@ -580,7 +596,8 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
         if res["comparisons"]:
             parts += ["**Differences** (paired over the same tasks):", ""]
             parts += [_md(["comparison", "split", "n", "delta (pts)", "95% CI (pts)", "gained", "lost", "McNemar p", "excludes 0"],
-                          [[f"k={c['new']} vs k={c['old']}", c["split"], c["n"], f"{100 * c['delta']:+.1f}",
+                          [[f"k={c['new']} vs k={c['old']}" + (f" (arm `{c['old_arm']}`)" if c.get("old_arm") else ""),
+                            c["split"], c["n"], f"{100 * c['delta']:+.1f}",
                             f"[{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}]", c["gained"], c["lost"],
                             f"{c['mcnemar_p']:.3g}", "yes" if c["significant"] else "no"] for c in res["comparisons"]]), ""]
         flow = []

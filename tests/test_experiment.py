@@ -198,6 +198,35 @@ def test_arms_are_compared_with_the_first_evaluated_arm_paired_over_tasks():
     assert compare_arms({"bpo": ref}) == []
 
 
+def test_an_arm_that_starts_from_another_compares_with_its_k0_evaluation(tmp_path):
+    """An arm with `method.start_from: A, evaluate_start: false` has no k=0 evaluation of its own: its k-vs-0
+    rows are paired against A's k=0 evaluation of the same weights, and say so (`old_arm`)."""
+    from flywheel.experiment import arm_results
+    from flywheel.trajectory import Step, Trajectory
+
+    def evaluated(path: Path, k: int, solved: set[int]) -> Store:
+        db = Store(path)
+        db.write_trajectories([Trajectory(
+            benchmark="b", split="unseen", task_id=f"t{i}", source="policy", iteration=k, sample=0, goal="g",
+            steps=[Step(observation="o", thought="e", plan="p", action="a", next_observation="o2")],
+            success=i in solved, reward=float(i in solved)) for i in range(10)])
+        db.write_evaluation({"benchmark": "b", "iteration": k, "split": "unseen", "episodes": 10, "errored": 0,
+                             "success_rate": len(solved) / 10, "avg_reward": len(solved) / 10})
+        return db
+
+    source = evaluated(tmp_path / "a.duckdb", 0, {0, 1})
+    arm = evaluated(tmp_path / "b.duckdb", 2, {0, 1, 2, 3, 4, 5})
+    res = arm_results(arm, "b", 2, {}, ("unseen",), k0_from=("a", source))
+    [row] = res["comparisons"]
+    assert (row["new"], row["old"], row["old_arm"], row["n"]) == (2, 0, "a", 10)
+    assert (row["gained"], row["lost"], row["delta"]) == (4, 0, 0.4)
+    assert [r["k"] for r in res["per_k"] if r["splits"]] == [2]  # the per-k table keeps the arm's own evaluations
+    assert arm_results(arm, "b", 2, {}, ("unseen",))["comparisons"] == []  # without it: nothing to pair k=2 with
+    own = evaluated(tmp_path / "b.duckdb", 0, set())  # an arm that did evaluate its k=0 is paired with its own
+    [row] = arm_results(own, "b", 2, {}, ("unseen",), k0_from=("a", source))["comparisons"]
+    assert "old_arm" not in row and row["gained"] == 6
+
+
 @pytest.mark.parametrize("path", sorted((REPO / "experiments").glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_shipped_preset_builds_every_arm(path: Path, tmp_path: Path):
     """Each preset in experiments/ names only fields its resources take, for its backend and every arm:
