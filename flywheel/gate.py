@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from flywheel.trajectory import Trajectory
 
@@ -40,6 +40,24 @@ def reward_gate(trajs: Sequence[Trajectory], *, already: Iterable[tuple[str, tup
         seen.add(key)
         passed.append(tr)
     return passed, GateStats(len(trajs), errored, failed, len(passed), dup)
+
+
+def without_invalid_steps(tr: Trajectory) -> Trajectory:
+    """The trajectory minus its invalid steps (an action the env rejected changes nothing): a success that
+    wandered through `click[B0` or an empty answer teaches SFT to do so too. The step after a dropped one
+    keeps the observation the dropped step saw, so each kept step's observation is still what the agent
+    saw before acting, as far as the state goes (an invalid action leaves the state as it was).
+    A trajectory without invalid steps is returned as it is."""
+    if not any(s.invalid for s in tr.steps):
+        return tr
+    kept, carried = [], None
+    for s in tr.steps:
+        if s.invalid:
+            carried = s.observation if carried is None else carried
+            continue
+        kept.append(replace(s, observation=carried) if carried is not None else s)
+        carried = None
+    return replace(tr, steps=kept)
 
 
 def dataset_problems(trajs: Sequence[Trajectory]) -> list[str]:

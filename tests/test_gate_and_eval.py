@@ -33,3 +33,59 @@ def test_summarize_excludes_errored_from_rates():
     assert s["mean_steps"] == 3
     assert s["prompt_tokens_per_step"] == 11.0
     assert "| 0.500 |" in markdown_table([s], ["success_rate"])
+
+
+def _with_invalid(tr, at: int, action: str):
+    """`tr` with a rejected action inserted before step `at` (the page stays as it was)."""
+    s = tr.steps[at]
+    bad = replace(s, action=action, plan="p?", invalid=True, next_observation=s.observation)
+    return replace(tr, steps=[*tr.steps[:at], bad, *tr.steps[at:]])
+
+
+def test_without_invalid_steps_keeps_what_the_agent_saw():
+    from flywheel.gate import without_invalid_steps
+
+    clean = make_traj(n=3)
+    assert without_invalid_steps(clean) is clean
+    # Two rejected actions in a row before step 1, the second one seeing an error message.
+    tr = _with_invalid(_with_invalid(clean, 1, "click[B0"), 2, "")
+    tr.steps[2] = replace(tr.steps[2], observation="Invalid action!")
+    tr.steps[3] = replace(tr.steps[3], observation="Invalid action!")
+    out = without_invalid_steps(tr)
+    assert out.actions == clean.actions and out.steps[1].observation == clean.steps[1].observation
+    assert len(tr.steps) == 5  # the input is not modified
+
+
+def test_gate_drops_invalid_steps_before_it_compares_and_before_sft(tmp_path):
+    """A success that is a seed's path plus a rejected detour adds nothing once the detour is gone; a new path
+    keeps its valid steps only, in the gate's check and in the SFT set. Off (the default): both pass as played,
+    and the check fails on the empty action."""
+    import dagster as dg
+
+    from flywheel.assets import refinement
+    from flywheel.assets.training import training_set
+    from flywheel.partitions import flywheel_partitions, partition_key
+    from flywheel.resources import LoopResource, StoreResource
+    from flywheel.store import Store
+
+    def bench(tr):
+        return replace(tr, benchmark="scienceworld")
+
+    seed = bench(make_traj(task="a", source="teacher"))
+    detour = bench(_with_invalid(make_traj(task="a"), 1, "click[B0"))
+    new = bench(_with_invalid(replace(make_traj(task="b"), steps=[replace(s, action=f"b{i}") for i, s in
+                                                                   enumerate(make_traj().steps)]), 2, ""))
+    for drop, gated_tasks, check_passed in ((False, ["a", "b"], False), (True, ["b"], True)):
+        db = Store(tmp_path / f"fw-{drop}.duckdb")
+        db.write_trajectories([seed, detour, new])
+        result = dg.materialize(
+            [refinement.gated_dataset, refinement.gated_dataset_check(flywheel_partitions)],
+            partition_key=str(partition_key("scienceworld", 0)), instance=dg.DagsterInstance.ephemeral(),
+            resources={"store": StoreResource(path=str(db.path)), "loop": LoopResource(gate_drops_invalid_steps=drop)},
+            raise_on_error=False)
+        assert sorted(t for _, t in db.query("SELECT traj_id, task_id FROM gated").iter_rows()) == gated_tasks
+        assert db.gate_check_passed("scienceworld", 0) is check_passed
+        assert result.success is check_passed  # the blocking check fails the run on the empty action
+        trajs, _ = training_set(db, "scienceworld", 1, include_synthetic=False, drop_invalid_steps=drop)
+        b = next(t for t in trajs if t.task_id == "b")
+        assert b.actions == (("b0", "b1", "b2") if drop else ("b0", "b1", "", "b2"))

@@ -17,7 +17,7 @@ from flywheel.assets._common import metadata_table, progress_logger, rounded
 from flywheel.assets.training import sft_checkpoint
 from flywheel.evaluation import summarize
 from flywheel.failures import fail_once, fails_once, mark_run_not_retryable
-from flywheel.gate import dataset_problems, reward_gate
+from flywheel.gate import dataset_problems, reward_gate, without_invalid_steps
 from flywheel.partitions import flywheel_partitions, keys_of
 from flywheel.resources import EnvResource, LoopResource, PolicyResource, StoreResource
 from flywheel.rollout import resume_rollouts
@@ -116,6 +116,8 @@ def gated_dataset(context: dg.AssetExecutionContext, store: StoreResource, loop:
         db.clear_gate_check(benchmark, k)
     candidates = db.load_trajectories(benchmark=benchmark, iteration=k, source="policy", split="train")
     earlier = db.load_trajectories(db.gated_ids(benchmark, up_to_iteration=k - 1)) if k > 0 else []
+    if loop.gate_drops_invalid_steps:  # compare (and later train on) the successes without their rejected actions
+        candidates, earlier = [without_invalid_steps(t) for t in candidates], [without_invalid_steps(t) for t in earlier]
     seeds = db.load_trajectories(benchmark=benchmark, source="teacher") if loop.gate_drops_seed_repeats else []
     already = [(t.task_id, t.actions) for t in earlier + seeds]
     passed, stats = reward_gate(candidates, already=already)
@@ -147,7 +149,8 @@ def gated_dataset_check(partitions_def: dg.PartitionsDefinition) -> dg.AssetChec
                           blocking=True, description="Gated dataset is non-empty and well-formed")(check_gated_dataset)
 
 
-def check_gated_dataset(context: dg.AssetCheckExecutionContext, store: StoreResource) -> dg.AssetCheckResult:
+def check_gated_dataset(context: dg.AssetCheckExecutionContext, store: StoreResource,
+                        loop: LoopResource) -> dg.AssetCheckResult:
     """Checks gate k's own trajectories; the verdict also goes to the store (`gate_checks`), where the
     loop and `sft_checkpoint(b, k+1)` read it. A check that raises is recorded as failed, as Dagster
     records it."""
@@ -155,6 +158,8 @@ def check_gated_dataset(context: dg.AssetCheckExecutionContext, store: StoreReso
     db = store.get()
     try:
         trajs = db.load_trajectories(db.gated_ids_of(benchmark, k))
+        if loop.gate_drops_invalid_steps:  # what sft_checkpoint will train on
+            trajs = [without_invalid_steps(t) for t in trajs]
         problems = dataset_problems(trajs)
     except Exception as exc:
         db.record_gate_check(benchmark, k, passed=False, trajectories=0, problems=[f"the check raised: {exc!r}"])

@@ -26,6 +26,7 @@ from flywheel.assets.curriculum import CurriculumResource, synthetic_curriculum
 from flywheel.curriculum.order import assign_buckets, grade
 from flywheel.curriculum.tables import write_training_order
 from flywheel.failures import fail_once, fails_once
+from flywheel.gate import without_invalid_steps
 from flywheel.loop import gate_allows_next, gate_refusal
 from flywheel.partitions import by_benchmark, flywheel_partitions, keys_of
 from flywheel.policy.training import sft_examples, train_sft, training_fingerprint
@@ -36,7 +37,7 @@ from flywheel.trajectory import Trajectory
 
 def training_set(
     db: Store, benchmark: str, iteration: int, *, include_synthetic: bool = True, refine_from: str = "base",
-    seed: int = 0, replay: str = "matched",
+    seed: int = 0, replay: str = "matched", drop_invalid_steps: bool = False,
 ) -> tuple[list[Trajectory], dict[str, int]]:
     """Seeds and curriculum, then the gated successes of iterations < k (through the store).
 
@@ -46,17 +47,21 @@ def training_set(
     leave a task type out, and a small set is seen for several epochs: cpu-scienceworld's k=2 (8 new
     + 8 replayed) lost a whole type. `replay="all"` keeps the warm start but trains on everything,
     as `refine_from="base"` does: seeds, curriculum and every gated success so far.
+    `drop_invalid_steps` (`LoopResource.gate_drops_invalid_steps`): gated successes without the steps
+    the env rejected, as the gate compared them.
     """
+    def gated_trajectories(ids: list[str]) -> list[Trajectory]:
+        trajs = db.load_trajectories(ids) if ids else []
+        return [without_invalid_steps(t) for t in trajs] if drop_invalid_steps else trajs
+
     base = db.load_trajectories(benchmark=benchmark, source="teacher")
     if include_synthetic:
         base += db.load_trajectories(benchmark=benchmark, source="synthetic")
     if refine_from == "previous" and replay == "matched" and iteration > 0:
-        new_ids = db.gated_ids_of(benchmark, iteration - 1)
-        new = db.load_trajectories(new_ids) if new_ids else []
+        new = gated_trajectories(db.gated_ids_of(benchmark, iteration - 1))
         replayed = random.Random(seed + iteration).sample(base, min(len(base), len(new)))
         return replayed + new, {"seed_or_curriculum": len(replayed), "gated": len(new)}
-    gated_ids = db.gated_ids(benchmark, up_to_iteration=iteration - 1) if iteration > 0 else []
-    gated = db.load_trajectories(gated_ids) if gated_ids else []
+    gated = gated_trajectories(db.gated_ids(benchmark, up_to_iteration=iteration - 1)) if iteration > 0 else []
     return base + gated, {"seed_or_curriculum": len(base), "gated": len(gated)}
 
 
@@ -89,7 +94,7 @@ def sft_checkpoint(
             fail_once(context, gate_refusal(benchmark, k - 1, passed, int(gate["passed"] or 0)))
     trajs, counts = training_set(db, benchmark, k, include_synthetic=curriculum.synthesize,
                                  refine_from=policy.refine_from, seed=policy.seed,
-                                 replay=policy.replay)
+                                 replay=policy.replay, drop_invalid_steps=loop.gate_drops_invalid_steps)
     start_model = policy.base_model_path
     if policy.refine_from == "previous" and k > 0:  # continue from checkpoint k-1
         start_model = checkpoint_for(db, benchmark, k - 1)["path"]

@@ -32,6 +32,9 @@ class LoopResource(dg.ConfigurableResource):
     # The gate drops a success whose action sequence repeats a seed's for the same task (it adds
     # no new behaviour); False keeps such repeats (one per task and sequence), as plain RFT would.
     gate_drops_seed_repeats: bool = True
+    # The gate strips the steps the env rejected (invalid actions) from each success before it compares
+    # action sequences and before SFT reads it (flywheel.gate.without_invalid_steps); off: as played.
+    gate_drops_invalid_steps: bool = False
     # An empty reward gate (its blocking check failed) stops the flywheel for that benchmark.
     # True trains k+1 anyway (on the same data): for experiments that want all K iterations.
     continue_on_empty_gate: bool = False
