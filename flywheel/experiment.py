@@ -399,6 +399,7 @@ def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[st
             outcomes.update({(0, s): k0_from[1].policy_outcomes(benchmark, 0, s) for s in splits})
     checkpoints = {r["iteration"]: r for r in store.checkpoint_rows(benchmark)}
     gates = {r["iteration"]: r for r in store.iterations(benchmark).iter_rows(named=True)}
+    checks = store.gate_check_rows(benchmark)
     rollouts = {r["iteration"]: r for r in store.rollout_summary(benchmark)}
     seeds = set(store.seed_task_ids(benchmark))
     # (attempts, successes) per task for every (k, split) read below; split "train" = checkpoint k's rollouts.
@@ -448,6 +449,8 @@ def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[st
                            "gated_total": g["gated_total"], "capped_dropped": g["capped_dropped"],
                            "distinct_tasks": len(gated_tasks),
                            "tasks_without_seed": len([t for t in gated_tasks if t not in seeds])}
+            if k in checks:  # the blocking gated_dataset_is_usable check's verdict on this gate
+                row["gate"]["check"] = {f: checks[k][f] for f in ("passed", "problems", "first_problem")}
         per_k.append(row)
     evaluated = [k for k in range(iterations + 1) if all((k, s) in evals for s in splits) or (k == 0 and k0_arm)]
     comparisons: list[dict[str, Any]] = []
@@ -631,8 +634,13 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
                           [[t, s, *[cells.get((t, s, k), "-") for k in ks]] for t, s in keys]), ""]
         if res.get("stopped"):
             parts += [f"**Stopped early:** {res['stopped']}", ""]
-        if res.get("empty_gates"):
-            parts += [f"**Empty gates** (continued anyway, `continue_on_empty_gate`): {', '.join(res['empty_gates'])}", ""]
+        if res.get("empty_gates"):  # the stages whose gate check blocked the next iteration
+            failed = {r["k"]: r["gate"]["check"] for r in res["per_k"] if (r.get("gate") or {}).get("check")}
+            why = [f"k={k}: {c['problems']} problem(s), first: `{c['first_problem']}`"
+                   for k, c in failed.items() if not c["passed"]]
+            parts += [f"**Gate check failed** (`gated_dataset_is_usable`, an empty or malformed gated set; continued "
+                      f"anyway, `continue_on_empty_gate`): {', '.join(res['empty_gates'])}"
+                      + (f" ({'; '.join(why)})" if why else ""), ""]
         stages = res.get("stages", {})
         if stages:
             total = sum(v.get("seconds", 0) for v in stages.values())

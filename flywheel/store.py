@@ -487,6 +487,12 @@ class Store:
         df = self.query("SELECT passed FROM gate_checks WHERE benchmark = ? AND iteration = ?", [benchmark, iteration])
         return None if df.is_empty() else bool(df["passed"][0])
 
+    def gate_check_rows(self, benchmark: str) -> dict[int, dict[str, Any]]:
+        """Gate k's latest check verdict by k: passed, problems (count) and the first problem."""
+        df = self.query("SELECT iteration, passed, problems, first_problem FROM gate_checks WHERE benchmark = ?",
+                        [benchmark])
+        return {r["iteration"]: r for r in df.iter_rows(named=True)}
+
     def gated_ids(self, benchmark: str, *, up_to_iteration: int) -> list[str]:
         df = self.query(
             "SELECT traj_id FROM gated WHERE benchmark = ? AND iteration <= ? ORDER BY iteration, traj_id",

@@ -76,6 +76,12 @@ def test_mini_preset_end_to_end_report_matches_store(tmp_path, capsys):
     assert r0["rollouts"]["successes"] == played["s"]
     gated = db.query("SELECT count(*) AS n FROM gated WHERE benchmark = 'webshop' AND iteration = 0")["n"][0]
     assert r0["gate"]["new_unique_successes"] == gated
+    # The gate's blocking check, as the store recorded it, and the report says why the arm went on anyway.
+    check = db.query("SELECT passed, first_problem FROM gate_checks WHERE benchmark = 'webshop' AND iteration = 0")
+    assert r0["gate"]["check"]["passed"] == check["passed"][0]
+    if not check["passed"][0]:
+        assert arm["empty_gates"] == ["rollouts:0"]
+        assert f"first: `{check['first_problem'][0]}`" in (results / "report.md").read_text()
     assert arm["seed_tasks"] == 2  # seeds come from the first seed_limit train tasks only
     (cmp_,) = [c for c in arm["comparisons"] if c["new"] == 1 and c["old"] == 0]
     assert cmp_["n"] == 3
