@@ -98,6 +98,17 @@ def test_sft_checkpoint_trains_easy_to_hard_and_inserts_gated_by_complexity(tmp_
     assert tasks == ["task11", "task1", "task3", "task20", "task0", "task12", "task2", "task10"]
     meta = result.get_asset_materialization_events()[0].materialization.metadata
     assert meta["order"].value.startswith("curriculum (easy to hard")
+    assert meta["examples_never_trained"].value == 0  # no step cap: every pass reaches the hard end
+
+
+def test_a_step_cap_below_one_pass_is_reported_as_the_hardest_examples_never_trained():
+    from flywheel.policy.training import examples_never_trained
+
+    cfg = TrainConfig(order="given", max_steps=16, batch_size=8)
+    assert examples_never_trained(237, cfg) == 109  # cpu-scienceworld's replay-all k=1
+    assert examples_never_trained(88, cfg) == 0 and examples_never_trained(237, cfg, world_size=2) == 0
+    assert examples_never_trained(237, TrainConfig(order="shuffle", max_steps=16, batch_size=8)) == 0
+    assert examples_never_trained(237, TrainConfig(order="given", max_steps=-1)) == 0
 
 
 def test_ablation_off_shuffles_and_drops_synthetic(tmp_path, monkeypatch):

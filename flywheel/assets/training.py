@@ -29,7 +29,7 @@ from flywheel.failures import fail_once, fails_once
 from flywheel.gate import without_invalid_steps
 from flywheel.loop import gate_allows_next, gate_refusal
 from flywheel.partitions import by_benchmark, flywheel_partitions, keys_of
-from flywheel.policy.training import sft_examples, train_sft, training_fingerprint
+from flywheel.policy.training import examples_never_trained, sft_examples, train_sft, training_fingerprint
 from flywheel.resources import EnvResource, LoopResource, PolicyResource, StoreResource
 from flywheel.store import Store
 from flywheel.trajectory import Trajectory
@@ -142,6 +142,12 @@ def sft_checkpoint(
     db.write_training_examples(checkpoint_id, benchmark, k, [
         {**ex, "traj_id": tid, "kept": i not in dropped}
         for i, (ex, tid) in enumerate(zip(examples, traj_ids, strict=True))])
+    never = examples_never_trained(result.n_examples, cfg, result.world_size)
+    if never:
+        context.log.warning(
+            f"sft_checkpoint {benchmark}|{k}: the curriculum walks the {result.n_examples} examples easy to hard and "
+            f"max_train_steps={cfg.max_steps} stops it before the end: the {never} hardest are never trained; raise "
+            "policy.max_train_steps or set curriculum.order: shuffle")
     if result.n_dropped:
         context.log.warning(
             f"sft_checkpoint {benchmark}|{k}: dropped {result.n_dropped} of {len(examples)} SFT examples longer than "
@@ -159,6 +165,7 @@ def sft_checkpoint(
             f"**{result.n_dropped} of {len(examples)} examples dropped** as longer than max_length={cfg.max_length} "
             "tokens (see the run log)")} if result.n_dropped else {}),
         "trajectories": len(trajs),
+        "examples_never_trained": never,  # the hardest end, cut by a step cap below one pass (given order)
         "seed_or_curriculum_trajectories": counts["seed_or_curriculum"],
         "gated_trajectories": counts["gated"],
         "order": mode if mode == "shuffle" else f"{mode} (easy to hard, {scorer.name}; see training_order)",

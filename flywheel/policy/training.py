@@ -90,6 +90,15 @@ def sft_examples(
     return rows
 
 
+def examples_never_trained(n_examples: int, cfg: TrainConfig, world_size: int = 1) -> int:
+    """How many of the last examples a run in the given order (the curriculum's easy -> hard) never reaches:
+    a step cap below one pass stops the walk early, and what it skips is the hardest end. Shuffled runs
+    skip at random instead (0 here)."""
+    if cfg.order != "given" or cfg.max_steps <= 0:
+        return 0
+    return max(0, n_examples - cfg.max_steps * cfg.batch_size * cfg.grad_accum * world_size)
+
+
 def training_fingerprint(base_model: str | Path, examples: list[dict], cfg: TrainConfig) -> str:
     """Identity of a training job: same base model, examples (in order) and config -> same fingerprint."""
     config = asdict(cfg)
