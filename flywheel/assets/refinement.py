@@ -14,7 +14,7 @@ what the iteration added in the `iterations` table (the loop's decision comes la
 import dagster as dg
 
 from flywheel.assets._common import metadata_table, progress_logger, rounded
-from flywheel.assets.training import sft_checkpoint
+from flywheel.assets.training import gated_trajectories, sft_checkpoint
 from flywheel.evaluation import summarize
 from flywheel.failures import fail_once, fails_once, mark_run_not_retryable
 from flywheel.gate import dataset_problems, reward_gate, without_invalid_steps
@@ -115,9 +115,10 @@ def gated_dataset(context: dg.AssetExecutionContext, store: StoreResource, loop:
     if checks is None or GATE_CHECK in checks:
         db.clear_gate_check(benchmark, k)
     candidates = db.load_trajectories(benchmark=benchmark, iteration=k, source="policy", split="train")
-    earlier = db.load_trajectories(db.gated_ids(benchmark, up_to_iteration=k - 1)) if k > 0 else []
-    if loop.gate_drops_invalid_steps:  # compare (and later train on) the successes without their rejected actions
-        candidates, earlier = [without_invalid_steps(t) for t in candidates], [without_invalid_steps(t) for t in earlier]
+    drop = loop.gate_drops_invalid_steps  # compare (and later train on) the successes without their rejected actions
+    earlier = gated_trajectories(db, db.gated_ids(benchmark, up_to_iteration=k - 1), drop_invalid_steps=drop) if k > 0 else []
+    if drop:
+        candidates = [without_invalid_steps(t) for t in candidates]
     seeds = db.load_trajectories(benchmark=benchmark, source="teacher") if loop.gate_drops_seed_repeats else []
     already = [(t.task_id, t.actions) for t in earlier + seeds]
     passed, stats = reward_gate(candidates, already=already)
@@ -157,9 +158,8 @@ def check_gated_dataset(context: dg.AssetCheckExecutionContext, store: StoreReso
     benchmark, k = keys_of(context)
     db = store.get()
     try:
-        trajs = db.load_trajectories(db.gated_ids_of(benchmark, k))
-        if loop.gate_drops_invalid_steps:  # what sft_checkpoint will train on
-            trajs = [without_invalid_steps(t) for t in trajs]
+        # What sft_checkpoint will train on.
+        trajs = gated_trajectories(db, db.gated_ids_of(benchmark, k), drop_invalid_steps=loop.gate_drops_invalid_steps)
         problems = dataset_problems(trajs)
     except Exception as exc:
         db.record_gate_check(benchmark, k, passed=False, trajectories=0, problems=[f"the check raised: {exc!r}"])

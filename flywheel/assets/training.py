@@ -35,6 +35,13 @@ from flywheel.store import Store
 from flywheel.trajectory import Trajectory
 
 
+def gated_trajectories(db: Store, ids: list[str], *, drop_invalid_steps: bool = False) -> list[Trajectory]:
+    """The gated trajectories `ids`, as the gate compared them and SFT trains on them: without the steps the
+    env rejected when `drop_invalid_steps` (`LoopResource.gate_drops_invalid_steps`)."""
+    trajs = db.load_trajectories(ids) if ids else []
+    return [without_invalid_steps(t) for t in trajs] if drop_invalid_steps else trajs
+
+
 def training_set(
     db: Store, benchmark: str, iteration: int, *, include_synthetic: bool = True, refine_from: str = "base",
     seed: int = 0, replay: str = "matched", drop_invalid_steps: bool = False,
@@ -47,21 +54,17 @@ def training_set(
     leave a task type out, and a small set is seen for several epochs: cpu-scienceworld's k=2 (8 new
     + 8 replayed) lost a whole type. `replay="all"` keeps the warm start but trains on everything,
     as `refine_from="base"` does: seeds, curriculum and every gated success so far.
-    `drop_invalid_steps` (`LoopResource.gate_drops_invalid_steps`): gated successes without the steps
-    the env rejected, as the gate compared them.
+    `drop_invalid_steps`: see `gated_trajectories`.
     """
-    def gated_trajectories(ids: list[str]) -> list[Trajectory]:
-        trajs = db.load_trajectories(ids) if ids else []
-        return [without_invalid_steps(t) for t in trajs] if drop_invalid_steps else trajs
-
     base = db.load_trajectories(benchmark=benchmark, source="teacher")
     if include_synthetic:
         base += db.load_trajectories(benchmark=benchmark, source="synthetic")
     if refine_from == "previous" and replay == "matched" and iteration > 0:
-        new = gated_trajectories(db.gated_ids_of(benchmark, iteration - 1))
+        new = gated_trajectories(db, db.gated_ids_of(benchmark, iteration - 1), drop_invalid_steps=drop_invalid_steps)
         replayed = random.Random(seed + iteration).sample(base, min(len(base), len(new)))
         return replayed + new, {"seed_or_curriculum": len(replayed), "gated": len(new)}
-    gated = gated_trajectories(db.gated_ids(benchmark, up_to_iteration=iteration - 1)) if iteration > 0 else []
+    gated = gated_trajectories(db, db.gated_ids(benchmark, up_to_iteration=iteration - 1),
+                               drop_invalid_steps=drop_invalid_steps) if iteration > 0 else []
     return base + gated, {"seed_or_curriculum": len(base), "gated": len(gated)}
 
 
