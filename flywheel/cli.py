@@ -249,12 +249,29 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         data = write_report(preset, runs=runs, results=results)
     else:
         started = time.monotonic()
-        data = run_experiment(preset, runs=runs, results=results, instance=_ready_instance(), arms=args.arms or None)
+        data = run_experiment(preset, runs=runs, results=results, instance=_ready_instance(), arms=args.arms or None,
+                              accept_k0_drift=args.accept_k0_drift,
+                              on_arm_done=_commit_results(results) if args.commit_results else None)
         print(f"\nwall time this invocation: {(time.monotonic() - started) / 60:.1f} min")
     print((results / "report.md").read_text())
     print(f"report: {results / 'report.md'}; results: {results / 'results.json'}; plots: {', '.join(data['plots'])}; "
           f"store(s) under {runs}")
     return 0
+
+
+def _commit_results(results: Path):
+    """After each arm: `git commit` the experiment's results folder (arms/ARM.json, report, plots), so a
+    sitting that ends abruptly keeps every finished arm."""
+    import subprocess
+
+    def commit(arm: str, _file: Path) -> None:
+        subprocess.run(["git", "add", "--", str(results)], check=True)
+        staged = subprocess.run(["git", "diff", "--cached", "--quiet", "--", str(results)])
+        if staged.returncode:
+            subprocess.run(["git", "commit", "-q", "-m", f"experiment {results.name}: arm {arm} results",
+                            "--", str(results)], check=True)
+
+    return commit
 
 
 def cmd_paper(args: argparse.Namespace) -> int:
@@ -354,7 +371,13 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--runs-dir", default=None,
                      help="stores and checkpoints (default: the profile's runs_dir/experiments/NAME)")
     exp.add_argument("--results-dir", default=None, help="report.md, results.json, plots (default: experiments/results/NAME)")
-    exp.add_argument("--report-only", action="store_true", help="rebuild the report from the stores; run nothing")
+    exp.add_argument("--report-only", action="store_true",
+                     help="rebuild the report from the stores and the committed arms; run nothing")
+    exp.add_argument("--accept-k0-drift", action="store_true",
+                     help="an arm whose start_from arm is only in committed results retrains that k=0 here; go on "
+                     "when its weights differ from the recorded ones (recorded as drift, k=0 evaluated again)")
+    exp.add_argument("--commit-results", action="store_true",
+                     help="git-commit the results folder after each arm (arms/ARM.json, report, plots)")
     exp.set_defaults(fn=cmd_experiment)
 
     pap = sub.add_parser(

@@ -22,6 +22,7 @@ import logging
 import os
 import resource
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,9 +30,19 @@ from typing import Any
 
 import dagster as dg
 
+from flywheel.methods import METHODS, implied_sections, job_for, method_stages
 from flywheel.partitions import run_max_iteration
 from flywheel.profile import SECTIONS, model_folder, read_yaml, section
-from flywheel.quality import paired_difference, wilson_interval
+from flywheel.provenance import (
+    arm_file,
+    code_commit,
+    fingerprint,
+    machine,
+    read_arm,
+    weights_sha256,
+    write_arm,
+)
+from flywheel.quality import arm_checkpoints, paired_difference, wilson_interval
 from flywheel.settings import REPO_ROOT
 from flywheel.store import Store
 from flywheel.validation import ConfigurationError
@@ -70,8 +81,6 @@ class Preset:
         merged = copy.deepcopy(self.sections)
         method = self.method(arm)
         if method != "bpo":  # the fields a method implies (flywheel/methods.py) sit between preset and arm
-            from flywheel.methods import implied_sections
-
             for section, fields_ in implied_sections(method).items():
                 merged.setdefault(section, {}).update(copy.deepcopy(fields_))
         for section, fields_ in self.arms[arm].items():
@@ -141,21 +150,34 @@ def load_preset(name_or_path: str) -> Preset:
     )
     for arm in preset.arms:  # build every arm's resources now: a bad field fails before any work
         build_resources(preset, arm, Path("/nonexistent-check"), model_path="/nonexistent-check")
+        method = preset.arm_sections(arm).get("method", {})
+        for name in ("start_from", "controls"):
+            if method.get(name) and (method[name] not in preset.arms or method[name] == arm):
+                raise ConfigurationError(f"{path}: arm {arm!r}: method.{name} {method[name]!r} must name another "
+                                         f"arm of the preset ({', '.join(a for a in preset.arms if a != arm)})")
+        if preset.method(arm) == "sft-control" and not method.get("controls"):
+            raise ConfigurationError(f"{path}: arm {arm!r} (method sft-control) needs method.controls: the arm "
+                                     "whose SFT steps it trains at each k")
+    arm_order(preset, list(preset.arms))  # no cycle of start_from / controls
     return preset
 
 
 # -- resources -------------------------------------------------------------------------------
-def build_resources(preset: Preset, arm: str, arm_dir: Path, *, model_path: str) -> dict[str, dg.ConfigurableResource]:
+def build_resources(preset: Preset, arm: str, arm_dir: Path, *, model_path: str,
+                    policy_fields: dict[str, Any] | None = None) -> dict[str, dg.ConfigurableResource]:
     """The resources dict handed to `build_defs` for one arm: its own store and checkpoints, the
-    preset's sections with the arm's overrides, built as a profile's are (flywheel/profile.py)."""
-    from flywheel.methods import METHODS
+    preset's sections with the arm's overrides, built as a profile's are (flywheel/profile.py).
+    `policy_fields` override the policy's for one stage (the equal-compute control's steps)."""
     from flywheel.profile import build_resources as build_profile_resources
 
     where = f"experiment {preset.name}, arm {arm}"
     if preset.method(arm) not in METHODS:
         raise ConfigurationError(f"{where}: unknown method {preset.method(arm)!r}; valid: {list(METHODS)}")
+    sections = preset.arm_sections(arm)
+    if policy_fields:
+        sections["policy"] = {**sections.get("policy", {}), **policy_fields}
     return build_profile_resources(
-        preset.arm_sections(arm), policy_backend=preset.policy_backend, where=where,
+        sections, policy_backend=preset.policy_backend, where=where,
         runs_dir=arm_dir, model_path=model_path, max_iteration=preset.max_iteration, store_fields={"method": preset.method(arm)},
         loop_defaults={"continue_on_empty_gate": True} if preset.continue_on_empty_gate else None,
     )
@@ -177,17 +199,20 @@ def resolve_model(model: str, runs: Path) -> str:
 
 # -- running ---------------------------------------------------------------------------------
 class Progress:
-    """Finished stages of one arm, written atomically after each stage succeeds."""
+    """Finished stages of one arm, written atomically after each stage succeeds; also where the arm ran
+    (its run id, every code commit and machine that ran a stage of it)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.data: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"done": {}}
+        self.data: dict[str, Any] = (json.loads(path.read_text()) if path.exists()
+                                     else {"done": {}, "run_id": uuid.uuid4().hex[:12], "machine": machine()})
 
     def done(self, stage: str) -> bool:
         return stage in self.data["done"]
 
     def mark(self, stage: str, seconds: float, **extra: Any) -> None:
-        self.data["done"][stage] = {"seconds": round(seconds, 1), "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"), **extra}
+        self.data["done"][stage] = {"seconds": round(seconds, 1), "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                                    "commit": code_commit(), "host": machine()["host"], **extra}
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.data, indent=2))
         os.replace(tmp, self.path)
@@ -218,43 +243,29 @@ def release_memory() -> dict[str, float]:
 
 def stage_plan(benchmark: str, iterations: int, method: str = "bpo", *,
                evaluate_start: bool = True) -> list[tuple[str, str | None, list[str]]]:
-    """(stage name, partition key or None for the benchmark partition, asset selection), in order.
-
-    `evaluate_start=False` (an arm that takes its k=0 checkpoint from another arm, `method.start_from`) skips
-    evaluation:0: the tables use that arm's evaluation of the same weights."""
-    from flywheel.partitions import partition_key
-
-    if method != "bpo":  # the baselines' and ablations' stages (flywheel/methods.py)
-        from flywheel.methods import method_stages
-
-        return method_stages(benchmark, iterations, method, evaluate_start=evaluate_start)
-
-    plan: list[tuple[str, str | None, list[str]]] = [
-        ("bootstrap", None, ["expert_trajectories", "teacher_quaternions", "synthetic_curriculum"])]
-    for k in range(iterations + 1):
-        key = str(partition_key(benchmark, k))
-        plan.append((f"sft:{k}", key, ["sft_checkpoint"]))
-        if k < iterations:
-            plan.append((f"rollouts:{k}", key, ["rollouts", "gated_dataset"]))
-        if k or evaluate_start or not iterations:
-            plan.append((f"evaluation:{k}", key, ["evaluation"]))
-    return plan
+    """(stage name, partition key or None for the benchmark partition, asset selection), in order: the
+    method's stages (`flywheel.methods.method_stages`, the one planner). `evaluate_start=False` (an arm that
+    takes its k=0 checkpoint from another arm, `method.start_from`) skips evaluation:0: the tables use that
+    arm's evaluation of the same weights."""
+    return method_stages(benchmark, iterations, method, evaluate_start=evaluate_start)
 
 
 def run_arm(
     preset: Preset, arm: str, arm_dir: Path, *, instance: dg.DagsterInstance, model_path: str,
-    on_stage: Callable[[str], None] | None = None,
+    on_stage: Callable[[str], None] | None = None, results: Path | None = None, accept_k0_drift: bool = False,
 ) -> str | None:
-    """Run the missing stages of one arm; returns why it stopped early (a failed gate), else None."""
+    """Run the missing stages of one arm; returns why it stopped early (a failed gate), else None.
+
+    `results` (the preset's committed results) serves an arm whose `method.start_from` arm is not in this
+    runs folder: its k=0 is trained here and must hash to the recorded weights (`accept_k0_drift`: go on
+    with the k=0 trained here, recorded as drift, and evaluate it)."""
     from flywheel.definitions import build_defs
     from flywheel.pipeline import GateBlocked, run_stage
     from flywheel.profile import Profile
 
     arm_dir.mkdir(parents=True, exist_ok=True)
     resources = build_resources(preset, arm, arm_dir, model_path=model_path)
-    config = json.loads(json.dumps(
-        {"preset": preset.name, "arm": arm, "benchmark": preset.benchmark, "model": model_path,
-         "sections": preset.arm_sections(arm)}, default=str))
+    config = arm_config(preset, arm, model_path)
     saved = arm_dir / "config.json"
     if saved.exists() and (old := json.loads(saved.read_text())) != config:
         changed = sorted(k for k in set(old["sections"]) | set(config["sections"])
@@ -265,29 +276,43 @@ def run_arm(
             f"Use another --runs-dir, add the change as a new arm, or delete {arm_dir} to start over")
     saved.write_text(json.dumps(config, indent=2))
     progress = Progress(arm_dir / "progress.json")
-    defs = build_defs(resources, profile=Profile(benchmarks=(preset.benchmark,), max_iteration=preset.max_iteration))
-    jobs = {"bootstrap": defs.resolve_job_def("bootstrap_job"), "iteration": defs.resolve_job_def("iteration_job"),
-            "baselines": defs.resolve_job_def("baselines_job")}
-    store = Store(arm_dir / "flywheel.duckdb")
-    from flywheel.methods import job_for
 
-    evaluate_start = bool(preset.arm_sections(arm).get("method", {}).get("evaluate_start", True))
-    for stage, key, selection in stage_plan(preset.benchmark, preset.iterations, preset.method(arm),
-                                            evaluate_start=evaluate_start):
+    def jobs_for(policy_fields: dict[str, Any]) -> dict[str, dg.JobDefinition]:
+        res = resources if not policy_fields else build_resources(preset, arm, arm_dir, model_path=model_path,
+                                                                  policy_fields=policy_fields)
+        defs = build_defs(res, profile=Profile(benchmarks=(preset.benchmark,), max_iteration=preset.max_iteration))
+        return {name: defs.resolve_job_def(f"{name}_job") for name in ("bootstrap", "iteration", "baselines")}
+
+    jobs = jobs_for({})
+    store = Store(arm_dir / "flywheel.duckdb")
+    method = preset.arm_sections(arm).get("method", {})
+    source, controls = method.get("start_from"), method.get("controls")
+    for stage, key, selection in stage_plan(preset.benchmark, preset.iterations, preset.method(arm)):
         if progress.done(stage):
             continue
+        if stage == "evaluation:0" and not method.get("evaluate_start", True) and not progress.data.get("k0_drift"):
+            continue  # the start arm's evaluation of the same weights stands for it
         if stage.startswith("sft:") and progress.data.get("stopped"):
             return progress.data["stopped"]
         log.info("== experiment %s / %s: %s", preset.name, arm, stage)
         if on_stage:
             on_stage(stage)
         started = time.monotonic()
-        if stage == "sft:0" and (source := preset.arm_sections(arm).get("method", {}).get("start_from")):
-            progress.mark(stage, 0.0, imported_from=import_start_checkpoint(preset, arm, source, arm_dir, store))
-            continue
-        job = jobs[job_for(stage)]
+        k = int(stage.split(":")[1]) if ":" in stage else None
+        if stage == "sft:0" and source:
+            check_shares_k0(preset, arm, source)
+            if start_arm_is_here(preset, arm, source, arm_dir):
+                progress.mark(stage, 0.0, imported_from=import_start_checkpoint(preset, arm, source, arm_dir, store))
+                continue
+            recorded_start(preset, arm, source, results)  # before training: is there a k=0 to compare with?
+        stage_jobs = jobs
+        extra: dict[str, Any] = {}
+        if stage.startswith("sft:") and k and controls:  # the equal-compute control: the same steps as `controls`
+            extra["matched_steps_of"], extra["steps"] = controls, controlled_steps(preset, arm, controls, k,
+                                                                                  arm_dir.parent, results)
+            stage_jobs = jobs_for({"max_train_steps": extra["steps"], "whole_passes": False})
         try:
-            run_stage(job, key or preset.benchmark, selection, instance)
+            run_stage(stage_jobs[job_for(stage)], key or preset.benchmark, selection, instance)
         except GateBlocked as exc:  # nothing passed the gate: K stops here, a result, not a crash
             if preset.continue_on_empty_gate:
                 progress.data.setdefault("empty_gates", []).append(stage)
@@ -296,13 +321,90 @@ def run_arm(
                 progress.data["stopped"] = str(exc)
                 progress.mark(stage, time.monotonic() - started)
                 return str(exc)
-        extra: dict[str, Any] = {}
+        if stage == "sft:0" and source:  # trained here for want of the start arm's: the same weights?
+            extra.update(check_retrained_k0(preset, arm, source, store, results, progress, accept_k0_drift))
         if stage.startswith("rollouts:"):
-            k = int(stage.split(":")[1])
             extra["episodes"] = next((r["episodes"] for r in store.rollout_summary(preset.benchmark)
                                       if r["iteration"] == k), 0)
         progress.mark(stage, time.monotonic() - started, **extra, **release_memory())
     return None
+
+
+def arm_config(preset: Preset, arm: str, model_path: str) -> dict[str, Any]:
+    """What an arm is: preset, arm, benchmark, model and its merged sections (config.json; fingerprinted)."""
+    return json.loads(json.dumps({"preset": preset.name, "arm": arm, "benchmark": preset.benchmark,
+                                  "model": model_path, "sections": preset.arm_sections(arm)}, default=str))
+
+
+def start_arm_is_here(preset: Preset, arm: str, source: str, arm_dir: Path) -> bool:
+    """Whether `source`'s finished k=0 SFT is in this runs folder (else this arm trains it and checks it)."""
+    if source not in preset.arms or source == arm:
+        raise ConfigurationError(f"arm {arm!r}: method.start_from {source!r} must name another arm of {preset.name}")
+    src = arm_dir.parent / source
+    done = json.loads((src / "progress.json").read_text())["done"] if (src / "progress.json").exists() else {}
+    return "sft:0" in done and (src / "flywheel.duckdb").exists()
+
+
+def recorded_start(preset: Preset, arm: str, source: str, results: Path | None) -> dict[str, Any]:
+    """`source`'s committed results, which must record its k=0 weights' hash and the preset's configuration."""
+    recorded = read_arm(results, source)
+    where = f"arm {arm!r} starts from arm {source!r}'s k=0 SFT"
+    if not ((recorded or {}).get("provenance") or {}).get("k0_weights_sha256"):
+        raise ConfigurationError(f"{where}, which is neither in this runs folder nor in committed results "
+                                 f"({arm_file(results, source) if results else 'no results folder'}): run arm "
+                                 f"{source!r} first (arms run in the preset's order)")
+    if recorded.get("config") != preset.arm_sections(source):
+        raise ConfigurationError(f"{where}: its committed results ({arm_file(results, source)}) were run with "
+                                 f"another configuration than the preset's now: run arm {source!r} again")
+    return recorded
+
+
+def check_retrained_k0(preset: Preset, arm: str, source: str, store: Store, results: Path | None,
+                       progress: Progress, accept_drift: bool) -> dict[str, Any]:
+    """This arm trained the k=0 of `source` itself (not in this runs folder): its weights must hash to the
+    ones `source`'s committed results record, or, with `accept_drift`, the difference is recorded and this
+    arm evaluates its own k=0. Returns what progress.json records about it."""
+    recorded = recorded_start(preset, arm, source, results)
+    where = f"arm {arm!r} starts from arm {source!r}'s k=0 SFT"
+    want = recorded["provenance"]["k0_weights_sha256"]
+    ckpt = store.latest_checkpoint(preset.benchmark, 0)
+    got = weights_sha256(ckpt["path"])
+    if got == want:
+        return {"retrained_for": source, "k0_weights_sha256": got, "k0_matches_recorded": True}
+    drift = {"retrained_for": source, "k0_weights_sha256": got, "recorded_sha256": want,
+             "train_loss": ckpt["train_loss"],
+             "recorded_train_loss": ((recorded.get("results") or {}).get("per_k") or [{}])[0]
+             .get("checkpoint", {}).get("train_loss"),
+             "recorded_commit": recorded["provenance"].get("commit"), "recorded_host": recorded["provenance"].get("host")}
+    if not accept_drift:
+        raise ConfigurationError(
+            f"{where}: retrained here, its weights (sha256 {got[:12]}, train loss {ckpt['train_loss']:.4f}) differ "
+            f"from the recorded ones (sha256 {want[:12]}, loss {drift['recorded_train_loss']}, commit "
+            f"{drift['recorded_commit']}, host {drift['recorded_host']}): SFT here is not bit-for-bit that run. "
+            f"Run arm {source!r} in this runs folder, or pass --accept-k0-drift to go on with this k=0 "
+            "(recorded as drift; this arm then evaluates its own k=0)")
+    progress.data["k0_drift"] = drift
+    log.warning("%s: k=0 retrained here differs from the recorded weights; going on (--accept-k0-drift)", where)
+    return {**drift, "k0_matches_recorded": False}
+
+
+def controlled_steps(preset: Preset, arm: str, target: str, k: int, runs: Path, results: Path | None) -> int:
+    """The SFT steps arm `target` trained at checkpoint k: the equal-compute control trains as many. Read
+    from `target`'s store in this runs folder, else from its committed results."""
+    if target not in preset.arms or target == arm:
+        raise ConfigurationError(f"arm {arm!r}: method.controls {target!r} must name another arm of {preset.name}")
+    db = runs / target / "flywheel.duckdb"
+    steps: dict[int, Any] = {}
+    if db.exists():
+        for row in Store(db, read_only=True).checkpoint_rows(preset.benchmark):
+            lineage = json.loads(row["lineage"]) if isinstance(row["lineage"], str) else (row["lineage"] or {})
+            steps[int(row["iteration"])] = lineage.get("train_steps")
+    elif (recorded := read_arm(results, target)) is not None:
+        steps = {r["k"]: r.get("checkpoint", {}).get("train_steps") for r in recorded["results"]["per_k"]}
+    if not steps.get(k):
+        raise ConfigurationError(f"arm {arm!r} trains as many SFT steps as arm {target!r} at k={k}, which has not "
+                                 f"trained checkpoint {k} yet: run arm {target!r} first (arms run in dependency order)")
+    return int(steps[k])
 
 
 # Fields that cannot change the k=0 SFT (which rollouts and evaluations play, how they sample, and how k > 0
@@ -310,7 +412,7 @@ def run_arm(
 NOT_IN_SFT0 = {
     "envs": ("train_limit", "eval_limit", "eval_splits", "max_steps"),
     "policy": ("samples_per_task", "temperature", "eval_temperature", "max_new_tokens", "parallel_envs",
-               "keep_server", "refine_from", "replay"),
+               "keep_server", "refine_from", "replay", "rollout_seed"),
 }
 
 
@@ -319,21 +421,11 @@ def import_start_checkpoint(preset: Preset, arm: str, source: str, arm_dir: Path
     of training an identical SFT again. Refused unless ARM's training configuration (envs, policy, curriculum,
     teacher, up to the fields in NOT_IN_SFT0) is this arm's and ARM has finished its sft:0; returns the
     imported checkpoint id."""
-    if source not in preset.arms or source == arm:
-        raise ConfigurationError(f"arm {arm!r}: method.start_from {source!r} must name another arm of {preset.name}")
-    mine, theirs = preset.arm_sections(arm), preset.arm_sections(source)
-    differ = [f"{s}.{f}" for s in ("envs", "policy", "curriculum", "teacher")
-              for f in sorted(set(mine.get(s, {})) | set(theirs.get(s, {})))
-              if mine.get(s, {}).get(f) != theirs.get(s, {}).get(f) and f not in NOT_IN_SFT0.get(s, ())]
-    if differ:
-        raise ConfigurationError(f"arm {arm!r}: cannot start from arm {source!r}'s k=0 SFT: their {differ} differ "
-                                 f"(only {sorted(f'{s}.{f}' for s, fs in NOT_IN_SFT0.items() for f in fs)} may)")
-    src_dir = arm_dir.parent / source
-    done = json.loads((src_dir / "progress.json").read_text())["done"] if (src_dir / "progress.json").exists() else {}
-    if "sft:0" not in done or not (src_dir / "flywheel.duckdb").exists():
+    check_shares_k0(preset, arm, source)
+    if not start_arm_is_here(preset, arm, source, arm_dir):
         raise ConfigurationError(f"arm {arm!r} starts from arm {source!r}'s k=0 SFT, which has not finished: "
                                  f"run arm {source!r} first (arms run in the preset's order)")
-    ckpt = Store(src_dir / "flywheel.duckdb").latest_checkpoint(preset.benchmark, 0)
+    ckpt = Store(arm_dir.parent / source / "flywheel.duckdb").latest_checkpoint(preset.benchmark, 0)
     if ckpt is None:
         raise ConfigurationError(f"arm {source!r} records no k=0 checkpoint")
     lineage = json.loads(ckpt["lineage"]) if isinstance(ckpt["lineage"], str) else dict(ckpt["lineage"] or {})
@@ -346,10 +438,46 @@ def import_start_checkpoint(preset: Preset, arm: str, source: str, arm_dir: Path
     return source
 
 
+def check_shares_k0(preset: Preset, arm: str, source: str) -> None:
+    """`arm` may take `source`'s k=0 SFT only if their training configurations agree (up to NOT_IN_SFT0)."""
+    if source not in preset.arms or source == arm:
+        raise ConfigurationError(f"arm {arm!r}: method.start_from {source!r} must name another arm of {preset.name}")
+    mine, theirs = preset.arm_sections(arm), preset.arm_sections(source)
+    differ = [f"{s}.{f}" for s in ("envs", "policy", "curriculum", "teacher")
+              for f in sorted(set(mine.get(s, {})) | set(theirs.get(s, {})))
+              if mine.get(s, {}).get(f) != theirs.get(s, {}).get(f) and f not in NOT_IN_SFT0.get(s, ())]
+    if differ:
+        raise ConfigurationError(f"arm {arm!r}: cannot start from arm {source!r}'s k=0 SFT: their {differ} differ "
+                                 f"(only {sorted(f'{s}.{f}' for s, fs in NOT_IN_SFT0.items() for f in fs)} may)")
+
+
+def arm_order(preset: Preset, arms: list[str]) -> list[str]:
+    """`arms` with every arm after the arms it starts from or controls (`method.start_from`, `method.controls`)."""
+    needs = {a: [n for n in (preset.arm_sections(a).get("method", {}).get(f) for f in ("start_from", "controls"))
+                 if n in arms and n != a] for a in arms}
+    out: list[str] = []
+
+    def visit(a: str, path: tuple[str, ...]) -> None:
+        if a in out:
+            return
+        if a in path:
+            raise ConfigurationError(f"{preset.name}: arms {' -> '.join((*path, a))} start from or control each "
+                                     "other in a cycle")
+        for n in needs[a]:
+            visit(n, (*path, a))
+        out.append(a)
+
+    for a in arms:
+        visit(a, ())
+    return out
+
+
 def run_experiment(
     preset: Preset, *, runs: Path, results: Path, instance: dg.DagsterInstance, arms: list[str] | None = None,
+    accept_k0_drift: bool = False, on_arm_done: Callable[[str, Path], None] | None = None,
 ) -> dict[str, Any]:
-    """Run (or resume) every arm, then write report.md, results.json and the plots into `results`."""
+    """Run (or resume) every arm, then write report.md, results.json and the plots into `results`; each arm's
+    results (arms/ARM.json) are written as soon as it finishes, then `on_arm_done(arm, file)` (e.g. a commit)."""
     from flywheel.resources.policy import stop_warm_servers
 
     arms = arms or list(preset.arms)
@@ -358,19 +486,17 @@ def run_experiment(
         raise ConfigurationError(f"unknown arm(s) {unknown} in {preset.name}; its arms: {list(preset.arms)}")
     runs.mkdir(parents=True, exist_ok=True)
     model_path = resolve_model(preset.model, runs)
-    stopped = {}
-    # An arm that starts from another's k=0 SFT (method.start_from) runs after it when both are asked for.
-    source = {a: preset.arm_sections(a).get("method", {}).get("start_from") for a in arms}
-    arms = sorted(arms, key=lambda a: (source[a] in arms, arms.index(a)))
-    for arm in arms:
+    for arm in arm_order(preset, arms):
         try:
-            why = run_arm(preset, arm, runs / arm, instance=instance, model_path=model_path)
+            run_arm(preset, arm, runs / arm, instance=instance, model_path=model_path, results=results,
+                    accept_k0_drift=accept_k0_drift)
         finally:
             # The arm owns the servers `policy.keep_server` kept warm across its stages: each arm has its own
             # (its own log folder), so one left running would hold its memory through every later arm.
             stop_warm_servers()
-        if why:
-            stopped[arm] = why
+        write_report(preset, runs=runs, results=results)
+        if on_arm_done:
+            on_arm_done(arm, arm_file(results, arm))
     return write_report(preset, runs=runs, results=results)
 
 
@@ -382,21 +508,19 @@ def _rate(successes: int, n: int) -> dict[str, Any]:
 
 def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[str, Any],
                 splits: tuple[str, ...], types_of: dict[str, dict[str, str]] | None = None,
-                k0_from: tuple[str, Store] | None = None) -> dict[str, Any]:
+                k0_from: tuple[str, dict[str, dict[str, tuple[bool, float]]]] | None = None) -> dict[str, Any]:
     """Everything the report shows for one arm, read from its store (and its stage timings).
 
-    `k0_from` (ARM, its store): this arm took its k=0 checkpoint from ARM (`method.start_from`) and did not
+    `k0_from` (ARM, its k=0 outcomes per split): this arm took its k=0 checkpoint from ARM (`method.start_from`) and did not
     evaluate it again; its k-vs-0 comparisons then use ARM's k=0 evaluation of the same weights, marked
     `old_arm`, and its by-type table shows them as k=0 (the per-k table keeps only this arm's own evaluations)."""
     done = progress.get("done", {})
     evals = {(r["iteration"], r["split"]): r for r in store.evaluation_rows(benchmark)}
     outcomes = {(k, s): store.policy_outcomes(benchmark, k, s) for k in range(iterations + 1) for s in splits}
     k0_arm = None
-    if k0_from is not None and not any((0, s) in evals for s in splits):
-        source_evals = {(r["iteration"], r["split"]) for r in k0_from[1].evaluation_rows(benchmark)}
-        if all((0, s) in source_evals for s in splits):
-            k0_arm = k0_from[0]
-            outcomes.update({(0, s): k0_from[1].policy_outcomes(benchmark, 0, s) for s in splits})
+    if k0_from is not None and not any((0, s) in evals for s in splits) and all(s in k0_from[1] for s in splits):
+        k0_arm = k0_from[0]
+        outcomes.update({(0, s): k0_from[1][s] for s in splits})
     checkpoints = {r["iteration"]: r for r in store.checkpoint_rows(benchmark)}
     gates = {r["iteration"]: r for r in store.iterations(benchmark).iter_rows(named=True)}
     checks = store.gate_check_rows(benchmark)
@@ -472,36 +596,90 @@ def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[st
             "stages": done, "stopped": progress.get("stopped"), "empty_gates": progress.get("empty_gates", [])}
 
 
-def collect_results(preset: Preset, runs: Path) -> dict[str, Any]:
-    from flywheel.resources import EnvResource
-
+def collect_results(preset: Preset, runs: Path, results: Path | None = None) -> dict[str, Any]:
+    """Every arm's results: from its store in `runs` when it has one, else from its committed results
+    (`results`/arms/ARM.json: an arm run in another sitting, runs folder or machine), else "not run". The
+    arms are then compared with each other over the same tasks, whatever run each came from."""
     out: dict[str, Any] = {"preset": preset.name, "benchmark": preset.benchmark, "iterations": preset.iterations,
                            "model": preset.model, "description": preset.description, "arms": {}}
-    outcomes: dict[str, dict[tuple[int, str], dict[str, bool]]] = {}
-    for arm in preset.arms:
-        arm_dir = runs / arm
-        db_path = arm_dir / "flywheel.duckdb"
-        if not db_path.exists():
+    records, local = {}, []
+    for arm in arm_order(preset, list(preset.arms)):
+        committed = read_arm(results, arm)
+        record = local_arm_record(preset, arm, runs / arm, records) if (runs / arm / "flywheel.duckdb").exists() else None
+        if record is not None and committed is not None and not supersedes(record, committed):
+            log.warning("arm %s: keeping its committed results (run %s, %d stages) over this runs folder's run %s "
+                        "(%d stages); delete %s to replace them", arm, committed["provenance"].get("run_id"),
+                        len(committed["results"]["stages"]), record["provenance"]["run_id"],
+                        len(record["results"]["stages"]), arm_file(results, arm))
+            record = None
+        if record is not None:
+            local.append(arm)
+        elif committed is not None:
+            record = {**committed, "origin": f"committed {arm_file(results, arm).relative_to(results.parent)}"}
+        else:
             out["arms"][arm] = {"status": "not run"}
             continue
-        sections = preset.arm_sections(arm)
-        splits = EnvResource(**sections.get("envs", {})).eval_splits(preset.benchmark)
-        progress = json.loads((arm_dir / "progress.json").read_text()) if (arm_dir / "progress.json").exists() else {}
-        store = Store(db_path, read_only=True)
-        method = sections.get("method", {})
-        source = method.get("start_from") if not method.get("evaluate_start", True) else None
-        source_db = runs / source / "flywheel.duckdb" if source else None
-        res = arm_results(store, preset.benchmark, preset.iterations, progress, splits,
-                          types_of=task_types_of(preset, sections.get("envs", {}), splits),
-                          k0_from=(source, Store(source_db, read_only=True)) if source_db and source_db.exists() else None)
-        res["config"] = sections
-        res["splits"] = list(splits)
-        out["arms"][arm] = res
-        evaluated = {(r["iteration"], r["split"]) for r in store.evaluation_rows(preset.benchmark)}
-        outcomes[arm] = {key: {t: v[0] for t, v in store.policy_outcomes(preset.benchmark, *key).items()}
-                         for key in sorted(evaluated) if key[1] in splits}
-    out["arm_comparisons"] = compare_arms(outcomes)
+        records[arm] = record
+        out["arms"][arm] = {**record["results"], "config": record["config"], "splits": record["splits"],
+                            "provenance": record["provenance"], "origin": record["origin"]}
+    out["arms"] = {a: out["arms"][a] for a in preset.arms}  # the preset's order
+    out["arm_comparisons"] = compare_arms({a: outcomes_of(records[a]) for a in preset.arms if a in records})
+    out["_records"], out["_local"] = records, local
     return out
+
+
+def supersedes(record: dict[str, Any], committed: dict[str, Any]) -> bool:
+    """Whether this runs folder's record of an arm may replace its committed one: the same run going on,
+    or a run that has done at least as many stages."""
+    same = record["provenance"]["run_id"] == committed.get("provenance", {}).get("run_id")
+    return same or len(record["results"]["stages"]) >= len(committed["results"]["stages"])
+
+
+def outcomes_of(record: dict[str, Any]) -> dict[tuple[int, str], dict[str, bool]]:
+    """{(k, split): {task: success}} of an arm's own evaluations."""
+    return {(int(key.split("|")[0]), key.split("|")[1]): {t: bool(v[0]) for t, v in tasks.items()}
+            for key, tasks in record["outcomes"].items()}
+
+
+def local_arm_record(preset: Preset, arm: str, arm_dir: Path, records: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One arm's results as committed (arms/ARM.json), read from its store: the report's numbers, the per-task
+    outcomes every paired comparison needs, the paper's per-checkpoint cells, and where it ran."""
+    from flywheel.resources import EnvResource
+
+    sections = preset.arm_sections(arm)
+    splits = EnvResource(**sections.get("envs", {})).eval_splits(preset.benchmark)
+    progress = json.loads((arm_dir / "progress.json").read_text()) if (arm_dir / "progress.json").exists() else {}
+    store = Store(arm_dir / "flywheel.duckdb", read_only=True)
+    method = sections.get("method", {})
+    source = method.get("start_from") if not method.get("evaluate_start", True) else None
+    k0_from = None
+    if source in records and all(f"0|{s}" in records[source]["outcomes"] for s in splits):
+        k0_from = (source, {s: {t: (bool(v[0]), float(v[1])) for t, v in records[source]["outcomes"][f"0|{s}"].items()}
+                            for s in splits})
+    res = arm_results(store, preset.benchmark, preset.iterations, progress, splits,
+                      types_of=task_types_of(preset, sections.get("envs", {}), splits), k0_from=k0_from)
+    evaluated = sorted({(r["iteration"], r["split"]) for r in store.evaluation_rows(preset.benchmark)})
+    outcomes = {f"{k}|{s}": {t: [ok, reward] for t, (ok, reward) in store.policy_outcomes(preset.benchmark, k, s).items()}
+                for k, s in evaluated if s in splits}
+    k0 = store.latest_checkpoint(preset.benchmark, 0)
+    lineage = (json.loads(k0["lineage"]) if isinstance(k0["lineage"], str) else dict(k0["lineage"] or {})) if k0 else {}
+    k0_hash = lineage.get("weights_sha256")
+    if k0 is not None and not k0_hash and Path(k0["path"]).is_dir():
+        k0_hash = weights_sha256(k0["path"])
+    done = progress.get("done", {})
+    config = arm_config(preset, arm, json.loads((arm_dir / "config.json").read_text())["model"]
+                        if (arm_dir / "config.json").exists() else preset.model)
+    provenance = {"run_id": progress.get("run_id"), "machine": progress.get("machine"),
+                  "commits": sorted({v["commit"] for v in done.values() if v.get("commit")}),
+                  "hosts": sorted({v["host"] for v in done.values() if v.get("host")}),
+                  "config_fingerprint": fingerprint(config["sections"]), "k0_weights_sha256": k0_hash,
+                  "k0_checkpoint_id": k0["checkpoint_id"] if k0 else None, "k0_drift": progress.get("k0_drift"),
+                  "complete": all(stage in done for stage, _, _ in stage_plan(preset.benchmark, preset.iterations,
+                                                                               preset.method(arm), evaluate_start=False)
+                                  if stage != "evaluation:0") and not progress.get("stopped")}
+    return {"arm": arm, "preset": preset.name, "config": sections, "splits": list(splits), "results": res,
+            "outcomes": outcomes, "paper": arm_checkpoints(store, preset.benchmark), "provenance": provenance,
+            "origin": f"store {arm_dir / 'flywheel.duckdb'}"}
 
 
 def task_types_of(preset: Preset, envs_section: dict[str, Any], splits: tuple[str, ...]) -> dict[str, dict[str, str]]:
@@ -587,6 +765,15 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
         if res.get("status") == "not run":
             parts += ["Not run.", ""]
             continue
+        prov = res.get("provenance") or {}
+        mach = prov.get("machine") or {}
+        parts += [f"Run `{prov.get('run_id')}` from {res.get('origin', 'its store')}; commit(s) "
+                  f"{', '.join(c[:12] for c in prov.get('commits') or []) or 'unknown'}; machine "
+                  f"{mach.get('host', '?')} ({mach.get('cpu', '?')}, {mach.get('cores', '?')} cores, torch "
+                  f"{mach.get('torch', '?')}); k=0 weights sha256 {str(prov.get('k0_weights_sha256'))[:12]}"
+                  + ("" if prov.get("complete", True) else "; **not complete**")
+                  + (f"; **k=0 retrained here differs from arm `{prov['k0_drift']['retrained_for']}`'s**"
+                     if prov.get("k0_drift") else "") + ".", ""]
         splits = res["splits"]
         header = ["k"] + [f"{s} success % [95% CI] (s/n)" for s in splits] + [f"{s} avg reward" for s in splits]
         rows = []
@@ -728,9 +915,13 @@ def render_plots(results: dict[str, Any], out: Path) -> list[str]:
 
 
 def write_report(preset: Preset, *, runs: Path, results: Path) -> dict[str, Any]:
-    """Rebuild results.json, report.md and the PNG plots from the arms' stores (never writes a store)."""
+    """Rebuild every local arm's committed results (arms/ARM.json), then results.json, report.md and the PNG
+    plots from all arms, local or committed (never writes a store)."""
     results.mkdir(parents=True, exist_ok=True)
-    data = collect_results(preset, runs)
+    data = collect_results(preset, runs, results)
+    records, local = data.pop("_records"), data.pop("_local")
+    for arm in local:
+        write_arm(results, arm, {k: v for k, v in records[arm].items() if k != "origin"})
     data["runs_dir"] = str(runs)
     (results / "results.json").write_text(json.dumps(data, indent=2, default=str))
     (results / "report.md").write_text(render_markdown(data, preset) + "\n")

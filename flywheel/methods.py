@@ -14,6 +14,7 @@ fields the method implies (an arm's own overrides still win):
 | rft | rejection sampling on react-sft (no quaternions) | react-sft's, seed repeats kept | sft, rollouts+gate, evaluation (0..K) |
 | eto-dpo | SFT, then DPO on (expert or success, failure) pairs | react-sft's | sft+eval k=0; rollouts k-1, pairs+DPO, eval (1..K) |
 | grpo | SFT, then multi-turn GRPO with the episode reward | react-sft's | sft+eval k=0; G rollouts of k-1 + update, eval (1..K) |
+| sft-control | the equal-compute control: k > 0 continues SFT on seeds + curriculum only, as many steps as the arm `method.controls` trained at k | replay none | sft, evaluation (0..K), no rollouts, no gate |
 
 Plain code: no Dagster here (the assets are in flywheel/assets/baselines.py).
 """
@@ -37,6 +38,9 @@ METHODS: dict[str, dict[str, Any]] = {
             "plan": "flywheel"},
     "eto-dpo": {"label": "SFT + DPO (ETO)", "implies": REACT, "plan": "dpo"},
     "grpo": {"label": "SFT + GRPO", "implies": REACT, "plan": "grpo"},
+    # k > 0: the same SFT steps as the arm it controls (the runner reads them), none of the flywheel's data.
+    "sft-control": {"label": "SFT, equal steps (control)", "implies": {"policy": {"replay": "none"}},
+                    "plan": "control"},
 }
 # The stage each bootstrap needs: the zero-shot base model needs only the tasks (expert replay).
 BOOTSTRAP = ["expert_trajectories", "teacher_quaternions", "synthetic_curriculum"]
@@ -74,10 +78,10 @@ def method_stages(benchmark: str, iterations: int, method: str = "bpo", *,
     stages: list[tuple[str, str | None, list[str]]] = [("bootstrap", None, list(BOOTSTRAP))]
     if plan == "sft":
         return stages + [("sft:0", key(0), ["sft_checkpoint"]), ("evaluation:0", key(0), ["evaluation"])]
-    if plan == "flywheel":
+    if plan in ("flywheel", "control"):
         for k in range(iterations + 1):
             stages.append((f"sft:{k}", key(k), ["sft_checkpoint"]))
-            if k < iterations:
+            if k < iterations and plan == "flywheel":
                 stages.append((f"rollouts:{k}", key(k), ["rollouts", "gated_dataset"]))
             if k or evaluate_start or not iterations:
                 stages.append((f"evaluation:{k}", key(k), ["evaluation"]))

@@ -20,7 +20,6 @@ Reads the stores only; writes nothing to them. Notes on what differs from the pa
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,8 @@ import envs
 from flywheel.evaluation import PRIMARY_METRICS, ResultColumn, display_name, result_columns
 from flywheel.experiment import RESULTS_DIR, Preset, load_preset
 from flywheel.methods import METHODS
-from flywheel.quality import paired_difference, wilson_interval
+from flywheel.provenance import read_arm
+from flywheel.quality import BOOT, arm_checkpoints, paired_difference, rate
 from flywheel.settings import DEFAULT_RUNS_DIR
 from flywheel.store import Store
 from flywheel.validation import ConfigurationError
@@ -41,7 +41,6 @@ NOTES = [
     "Each method's row is its last evaluated checkpoint; rates are Wilson 95% intervals, means and tokens per "
     "step have a 95% bootstrap interval over episodes, differences are paired over the same tasks.",
 ]
-BOOT = 2000
 
 
 def default_dirs(experiment: str, runs: str | Path | None = None, results: str | Path | None = None,
@@ -51,64 +50,27 @@ def default_dirs(experiment: str, runs: str | Path | None = None, results: str |
             Path(results) if results else RESULTS_DIR / preset.name / "paper")
 
 
-# -- statistics ------------------------------------------------------------------------------
-def rate(successes: int, n: int) -> dict[str, Any]:
-    lo, hi = wilson_interval(successes, n)
-    return {"n": n, "successes": successes, "rate": successes / n if n else None, "ci_low": lo, "ci_high": hi}
-
-
-def bootstrap_ratio(nums: list[float], dens: list[float], *, seed: int = 0) -> dict[str, Any]:
-    """sum(nums)/sum(dens) with a 95% percentile bootstrap over the items (episodes)."""
-    n = len(nums)
-    if not n or not sum(dens):
-        return {"n": n, "value": None, "ci_low": None, "ci_high": None}
-    value = sum(nums) / sum(dens)
-    rng = random.Random(seed)
-    stats = []
-    for _ in range(BOOT):
-        idx = [rng.randrange(n) for _ in range(n)]
-        d = sum(dens[i] for i in idx)
-        if d:
-            stats.append(sum(nums[i] for i in idx) / d)
-    stats.sort()
-    return {"n": n, "value": value, "ci_low": stats[int(0.025 * len(stats))],
-            "ci_high": stats[min(len(stats) - 1, int(0.975 * len(stats)))]}
-
-
-# -- reading an arm --------------------------------------------------------------------------
-def arm_checkpoints(db: Store, benchmark: str) -> dict[int, dict[str, Any]]:
-    """Per evaluated k: per split success (Wilson), mean reward and tokens/step (bootstrap), per-task outcomes."""
-    out: dict[int, dict[str, Any]] = {}
-    for row in db.evaluation_rows(benchmark):
-        k, split = int(row["iteration"]), row["split"]
-        outcomes = db.policy_outcomes(benchmark, k, split)
-        eps = db.step_tokens(benchmark, k, split)
-        rewards = [r for _, r in outcomes.values()]
-        steps = [float(e["steps"]) for e in eps]
-        entry = out.setdefault(k, {"k": k, "splits": {}, "checkpoint_id": row["checkpoint_id"]})
-        entry["splits"][split] = {
-            "success": rate(sum(ok for ok, _ in outcomes.values()), len(outcomes)),
-            "reward": bootstrap_ratio(rewards, [1.0] * len(rewards)),
-            "prompt_tokens_per_step": bootstrap_ratio([float(e["prompt_tokens"]) for e in eps], steps),
-            "tokens_per_step": bootstrap_ratio([float(e["prompt_tokens"] + e["completion_tokens"]) for e in eps], steps),
-            "mean_steps": bootstrap_ratio(steps, [1.0] * len(steps)),
-            "outcomes": {t: ok for t, (ok, _) in outcomes.items()},
-        }
-        entry["buckets"] = db.eval_buckets_of(benchmark, k)
-    return out
-
-
-def collect(presets: list[tuple[Preset, Path]]) -> dict[str, Any]:
-    """Every arm of every preset that has a store: its method, prompt shape and evaluated checkpoints."""
+def collect(presets: list[tuple[Preset, Path]], committed: Path | None = RESULTS_DIR) -> dict[str, Any]:
+    """Every arm of every preset: its method, prompt shape and evaluated checkpoints, from its store in the
+    runs folder, else from its committed results (`committed`/PRESET/arms/ARM.json, written by
+    `flywheel experiment` in another sitting or on another machine); `origin` says which, with its provenance."""
     arms: list[dict[str, Any]] = []
     for preset, runs in presets:
         for arm in preset.arms:
             db_path = runs / arm / "flywheel.duckdb"
             sections = preset.arm_sections(arm)
             entry = {"preset": preset.name, "arm": arm, "benchmark": preset.benchmark, "method": preset.method(arm),
-                     "history_mode": sections.get("policy", {}).get("history_mode", "fused"), "checkpoints": {}}
+                     "history_mode": sections.get("policy", {}).get("history_mode", "fused"), "checkpoints": {},
+                     "origin": "not run"}
+            recorded = read_arm(committed / preset.name, arm) if committed is not None else None
             if db_path.exists():
-                entry["checkpoints"] = arm_checkpoints(Store(db_path), preset.benchmark)
+                entry.update(checkpoints=arm_checkpoints(Store(db_path, read_only=True), preset.benchmark),
+                             origin=f"store {db_path}")
+            elif recorded is not None:
+                entry.update(checkpoints={int(k): v for k, v in recorded["paper"].items()},
+                             origin=f"committed {preset.name}/arms/{arm}.json")
+            if recorded is not None:
+                entry["provenance"] = recorded.get("provenance", {})
             arms.append(entry)
     return {"arms": arms, "presets": [p.name for p, _ in presets]}
 

@@ -142,3 +142,52 @@ def paired_difference(new: dict[str, bool], old: dict[str, bool], *, level: floa
     return {"n": len(common), "delta": d, "ci_low": lo, "ci_high": hi, "gained": gained, "lost": lost,
             "mcnemar_p": mcnemar_exact_p(gained, lost), "method": "paired bootstrap over tasks",
             "significant": len(common) > 0 and (lo > 0 or hi < 0)}
+
+
+# -- an arm's evaluated checkpoints (the paper's tables and the committed arm results) ----------
+BOOT = 2000
+
+
+def rate(successes: int, n: int) -> dict[str, Any]:
+    lo, hi = wilson_interval(successes, n)
+    return {"n": n, "successes": successes, "rate": successes / n if n else None, "ci_low": lo, "ci_high": hi}
+
+
+def bootstrap_ratio(nums: list[float], dens: list[float], *, seed: int = 0) -> dict[str, Any]:
+    """sum(nums)/sum(dens) with a 95% percentile bootstrap over the items (episodes)."""
+    n = len(nums)
+    if not n or not sum(dens):
+        return {"n": n, "value": None, "ci_low": None, "ci_high": None}
+    value = sum(nums) / sum(dens)
+    rng = random.Random(seed)
+    stats = []
+    for _ in range(BOOT):
+        idx = [rng.randrange(n) for _ in range(n)]
+        d = sum(dens[i] for i in idx)
+        if d:
+            stats.append(sum(nums[i] for i in idx) / d)
+    stats.sort()
+    return {"n": n, "value": value, "ci_low": stats[int(0.025 * len(stats))],
+            "ci_high": stats[min(len(stats) - 1, int(0.975 * len(stats)))]}
+
+
+def arm_checkpoints(db: Store, benchmark: str) -> dict[int, dict[str, Any]]:
+    """Per evaluated k: per split success (Wilson), mean reward and tokens/step (bootstrap), per-task outcomes."""
+    out: dict[int, dict[str, Any]] = {}
+    for row in db.evaluation_rows(benchmark):
+        k, split = int(row["iteration"]), row["split"]
+        outcomes = db.policy_outcomes(benchmark, k, split)
+        eps = db.step_tokens(benchmark, k, split)
+        rewards = [r for _, r in outcomes.values()]
+        steps = [float(e["steps"]) for e in eps]
+        entry = out.setdefault(k, {"k": k, "splits": {}, "checkpoint_id": row["checkpoint_id"]})
+        entry["splits"][split] = {
+            "success": rate(sum(ok for ok, _ in outcomes.values()), len(outcomes)),
+            "reward": bootstrap_ratio(rewards, [1.0] * len(rewards)),
+            "prompt_tokens_per_step": bootstrap_ratio([float(e["prompt_tokens"]) for e in eps], steps),
+            "tokens_per_step": bootstrap_ratio([float(e["prompt_tokens"] + e["completion_tokens"]) for e in eps], steps),
+            "mean_steps": bootstrap_ratio(steps, [1.0] * len(steps)),
+            "outcomes": {t: ok for t, (ok, _) in outcomes.items()},
+        }
+        entry["buckets"] = db.eval_buckets_of(benchmark, k)
+    return out

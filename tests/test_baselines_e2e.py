@@ -33,6 +33,8 @@ MINI = {
 # Continuing arms take the identical k=0 SFT of an earlier arm instead of training it again.
 MINI["arms"].update({m: {"method": {"name": m, "start_from": "react-sft"}} for m in ("eto-dpo", "grpo")})
 MINI["arms"]["bpo-stage3"] = {"method": {"name": "bpo-stage3", "start_from": "bpo-stage2"}}
+# The equal-compute control: bpo-stage3's k=0, then as many SFT steps as bpo-stage3 trains at k=1, no gate data.
+MINI["arms"]["sft-control"] = {"method": {"name": "sft-control", "start_from": "bpo-stage2", "controls": "bpo-stage3"}}
 
 
 def test_methods_imply_their_settings_and_stages(tmp_path):
@@ -103,7 +105,7 @@ def test_every_method_end_to_end_and_the_paper_tables(tmp_path, capsys):
     for arm in MINI["arms"]:
         db = Store(runs / arm / "flywheel.duckdb")
         evals = {(r["iteration"], r["split"]) for r in db.evaluation_rows("webshop")}
-        ks = [0, 1] if arm in ("bpo-stage3", "rft", "eto-dpo", "grpo") else [0]
+        ks = [0, 1] if arm in ("bpo-stage3", "rft", "eto-dpo", "grpo", "sft-control") else [0]
         assert evals == {(k, "unseen") for k in ks}, arm
         assert set(db.query("SELECT DISTINCT method FROM trajectories")["method"]) == {arm}
         assert set(db.query("SELECT DISTINCT method FROM checkpoints")["method"]) == {arm}
@@ -113,6 +115,13 @@ def test_every_method_end_to_end_and_the_paper_tables(tmp_path, capsys):
         ck0 = Store(runs / arm / "flywheel.duckdb").latest_checkpoint("webshop", 0)
         assert ck0["path"] == react0["path"] and ck0["method"] == arm
         assert json.loads(ck0["lineage"])["imported_from_arm"] == "react-sft"
+    # The control trains exactly as many SFT steps as the arm it controls, on seeds and curriculum only, from the
+    # same k=0 weights, and plays no rollouts.
+    stage3, control = (Store(runs / a / "flywheel.duckdb") for a in ("bpo-stage3", "sft-control"))
+    steps = [json.loads(db.latest_checkpoint("webshop", 1)["lineage"]) for db in (stage3, control)]
+    assert steps[0]["train_steps"] == steps[1]["train_steps"] > 0 and steps[1]["dataset"]["gated"] == 0
+    assert steps[1]["base_model"] == control.latest_checkpoint("webshop", 0)["path"]
+    assert control.query("SELECT count(*) AS n FROM trajectories WHERE split = 'train' AND source = 'policy'")["n"][0] == 0
     base = Store(runs / "base" / "flywheel.duckdb").checkpoint_rows("webshop")
     assert len(base) == 1 and base[0]["n_examples"] == 0 and "tiny-model" in base[0]["path"]
     # ReAct arms play full-history transcripts: each step's prompt is the last one plus an answer and an observation.

@@ -220,7 +220,7 @@ def test_an_arm_that_starts_from_another_compares_with_its_k0_evaluation(tmp_pat
                              "success_rate": len(solved) / 10, "avg_reward": len(solved) / 10})
         return db
 
-    source = evaluated(tmp_path / "a.duckdb", 0, {0, 1})
+    source = {"unseen": evaluated(tmp_path / "a.duckdb", 0, {0, 1}).policy_outcomes("b", 0, "unseen")}
     arm = evaluated(tmp_path / "b.duckdb", 2, {0, 1, 2, 3, 4, 5})
     res = arm_results(arm, "b", 2, {}, ("unseen",), k0_from=("a", source))
     [row] = res["comparisons"]

@@ -49,6 +49,9 @@ class MethodResource(dg.ConfigurableResource):
     # Experiments: take the k=0 SFT of this earlier arm (same envs/policy/curriculum/teacher) instead of training
     # the same SFT again (flywheel.experiment.import_start_checkpoint).
     start_from: str = ""
+    # Method sft-control: the arm whose SFT steps at each k > 0 this control trains, on seeds and curriculum
+    # only (flywheel.experiment reads them from that arm's store or committed results).
+    controls: str = ""
     # DPO (eto-dpo)
     dpo_beta: float = 0.1
     dpo_learning_rate: float = 5e-6

@@ -30,6 +30,7 @@ from flywheel.gate import without_invalid_steps
 from flywheel.loop import gate_allows_next, gate_refusal
 from flywheel.partitions import by_benchmark, flywheel_partitions, keys_of
 from flywheel.policy.training import examples_never_trained, sft_examples, train_sft, training_fingerprint
+from flywheel.provenance import weights_sha256
 from flywheel.resources import EnvResource, LoopResource, PolicyResource, StoreResource
 from flywheel.store import Store
 from flywheel.trajectory import Trajectory
@@ -44,7 +45,7 @@ def gated_trajectories(db: Store, ids: list[str], *, drop_invalid_steps: bool = 
 
 def training_set(
     db: Store, benchmark: str, iteration: int, *, include_synthetic: bool = True, refine_from: str = "base",
-    seed: int = 0, replay: str = "matched", drop_invalid_steps: bool = False,
+    seed: int = 0, replay: str = "all", drop_invalid_steps: bool = False,
 ) -> tuple[list[Trajectory], dict[str, int]]:
     """Seeds and curriculum, then the gated successes of iterations < k (through the store).
 
@@ -53,12 +54,15 @@ def training_set(
     draw), so that k-1's skills are rehearsed without training on everything again. A small draw can
     leave a task type out, and a small set is seen for several epochs: cpu-scienceworld's k=2 (8 new
     + 8 replayed) lost a whole type. `replay="all"` keeps the warm start but trains on everything,
-    as `refine_from="base"` does: seeds, curriculum and every gated success so far.
+    as `refine_from="base"` does: seeds, curriculum and every gated success so far. `replay="none"`: seeds
+    and curriculum only at every k (the equal-compute control: more steps, none of the flywheel's data).
     `drop_invalid_steps`: see `gated_trajectories`.
     """
     base = db.load_trajectories(benchmark=benchmark, source="teacher")
     if include_synthetic:
         base += db.load_trajectories(benchmark=benchmark, source="synthetic")
+    if replay == "none":
+        return base, {"seed_or_curriculum": len(base), "gated": 0}
     if refine_from == "previous" and replay == "matched" and iteration > 0:
         new = gated_trajectories(db, db.gated_ids_of(benchmark, iteration - 1), drop_invalid_steps=drop_invalid_steps)
         replayed = random.Random(seed + iteration).sample(base, min(len(base), len(new)))
@@ -86,7 +90,7 @@ def sft_checkpoint(
     """Fine-tune the base model on the fused quaternions available at iteration k."""
     benchmark, k = keys_of(context)
     db = store.get()
-    if k > 0:
+    if k > 0 and policy.replay != "none":  # "none" (the equal-compute control) reads no gate
         gate = db.gate_run(benchmark, k - 1)
         if gate is None:
             fail_once(context, f"sft_checkpoint {benchmark}|{k} needs gated_dataset {benchmark}|{k - 1}: materialize "
@@ -133,7 +137,10 @@ def sft_checkpoint(
                "replay": policy.replay,
                "iteration": k, "dataset": counts,
                "gated_iterations": list(range(k)), "examples": result.n_examples, "train_steps": result.steps,
-               "batch_size": cfg.batch_size, "train_seconds": round(time.monotonic() - started, 1)}
+               "batch_size": cfg.batch_size, "whole_passes": cfg.whole_passes,
+               "train_seconds": round(time.monotonic() - started, 1),
+               # Equal weights, equal hash: arms that share this k=0 across machines check it (flywheel.provenance).
+               "weights_sha256": weights_sha256(result.path)}
     db.record_checkpoint({
         "checkpoint_id": checkpoint_id, "benchmark": benchmark, "iteration": k, "path": result.path,
         "base_model": start_model, "n_examples": result.n_examples, "n_trajectories": len(trajs),
@@ -149,8 +156,8 @@ def sft_checkpoint(
     if never:
         context.log.warning(
             f"sft_checkpoint {benchmark}|{k}: the curriculum walks the {result.n_examples} examples easy to hard and "
-            f"max_train_steps={cfg.max_steps} stops it before the end: the {never} hardest are never trained; raise "
-            "policy.max_train_steps or set curriculum.order: shuffle")
+            f"max_train_steps={cfg.max_steps} stops it before the end: the {never} hardest are never trained; set "
+            "policy.whole_passes: true, raise policy.max_train_steps or set curriculum.order: shuffle")
     if result.n_dropped:
         context.log.warning(
             f"sft_checkpoint {benchmark}|{k}: dropped {result.n_dropped} of {len(examples)} SFT examples longer than "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -44,6 +45,12 @@ class TrainConfig:
     group_by_length: bool = False
     # How each example's prompt is built (flywheel.prompting): the rollouts use the same shape.
     prompt: PromptShape = PromptShape()
+    # The step budget is sized to whole passes over the set: a `max_steps` cap becomes the nearest whole
+    # number of passes (at least one), each pass walking the set in order (easy -> hard under the
+    # curriculum), so every example is trained. A cap below one pass used to stop the walk early and never
+    # train the hardest end (cpu-scienceworld's 16 steps of 8: 29 of 157 k=0 examples, 109 of 237 at
+    # replay-all k=1). False keeps the exact cap: the equal-compute control matches another arm's steps.
+    whole_passes: bool = True
     # bf16 autocast: None = on for CUDA and for CPUs with native bf16 (AMX / AVX512-BF16), where it
     # measured ~1.7x faster than fp32 for SmolLM2 SFT on this project's 2-core machine.
     bf16: bool | None = None
@@ -90,21 +97,32 @@ def sft_examples(
     return rows
 
 
+def planned_steps(n_examples: int, cfg: TrainConfig, world_size: int = 1) -> int:
+    """The optimizer steps a run of `n_examples` takes (-1: `cfg.epochs` decides): `cfg.max_steps`, rounded to
+    the nearest whole number of passes (at least one) when `cfg.whole_passes`."""
+    if cfg.max_steps <= 0 or not cfg.whole_passes:
+        return cfg.max_steps
+    per_pass = max(1, math.ceil(n_examples / (cfg.batch_size * cfg.grad_accum * world_size)))
+    return per_pass * max(1, math.floor(cfg.max_steps / per_pass + 0.5))
+
+
 def examples_never_trained(n_examples: int, cfg: TrainConfig, world_size: int = 1) -> int:
     """How many of the last examples a run in the given order (the curriculum's easy -> hard) never reaches:
-    a step cap below one pass stops the walk early, and what it skips is the hardest end. Shuffled runs
-    skip at random instead (0 here)."""
-    if cfg.order != "given" or cfg.max_steps <= 0:
+    a step cap below one pass (`whole_passes` off) stops the walk early, and what it skips is the hardest
+    end. Shuffled runs skip at random instead (0 here)."""
+    steps = planned_steps(n_examples, cfg, world_size)
+    if cfg.order != "given" or steps <= 0:
         return 0
-    return max(0, n_examples - cfg.max_steps * cfg.batch_size * cfg.grad_accum * world_size)
+    return max(0, n_examples - steps * cfg.batch_size * cfg.grad_accum * world_size)
 
 
 def training_fingerprint(base_model: str | Path, examples: list[dict], cfg: TrainConfig) -> str:
     """Identity of a training job: same base model, examples (in order) and config -> same fingerprint."""
     config = asdict(cfg)
     config.update(config.pop("prompt"))  # flat, as before `PromptShape`: old fingerprints stay valid
-    for name, default in (("history_mode", "fused"), ("group_by_length", False)):
-        if config.get(name) == default:  # defaults of fields added later: older fingerprints stay valid
+    # Fields added later, at the value that behaves as before they existed: older fingerprints stay valid.
+    for name, default in (("history_mode", "fused"), ("group_by_length", False), ("whole_passes", False)):
+        if config.get(name) == default:
             config.pop(name)
     payload = json.dumps({"base_model": str(base_model), "config": config,
                           "examples": [[r["prompt"], r["completion"]] for r in examples]}, sort_keys=True, default=str)
@@ -191,6 +209,7 @@ def train_sft(
         disable_tqdm=True,
         **({"train_sampling_strategy": "group_by_length"} if cfg.group_by_length and cfg.order == "shuffle" else {}),
     )
+    args.max_steps = planned_steps(len(kept), cfg, int(args.world_size))  # whole passes (TrainConfig.whole_passes)
     peft_config = None
     if cfg.lora:
         from peft import LoraConfig

@@ -34,7 +34,10 @@ class LoopResource(dg.ConfigurableResource):
     gate_drops_seed_repeats: bool = True
     # The gate strips the steps the env rejected (invalid actions) from each success before it compares
     # action sequences and before SFT reads it (flywheel.gate.without_invalid_steps); off: as played.
-    gate_drops_invalid_steps: bool = False
+    # On by default: cpu-webshop's gate admitted 17 of 49 steps at k=0 that the env had rejected
+    # (`click[B0`, empty answers) and SFT k+1 imitated them. An invalid action changes no state, so the
+    # cleaned success replays the same observations. cpu-scienceworld's arm `keep-invalid` measures it.
+    gate_drops_invalid_steps: bool = True
     # An empty reward gate (its blocking check failed) stops the flywheel for that benchmark.
     # True trains k+1 anyway (on the same data): for experiments that want all K iterations.
     continue_on_empty_gate: bool = False

