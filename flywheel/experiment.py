@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 PRESETS_DIR = REPO_ROOT / "experiments"
 RESULTS_DIR = PRESETS_DIR / "results"
 TOP_LEVEL = {"name", "description", "benchmark", "iterations", "model", "arms", "notes", "continue_on_empty_gate",
-             "policy_backend",
+             "policy_backend", "compare", "replicates",
              *SECTIONS}
 
 
@@ -75,6 +75,11 @@ class Preset:
     # Who generates in rollouts and evaluation: "transformers" (in process) or "vllm" (a managed
     # vLLM server from `make vllm`'s environment); training is the same TRL SFT either way.
     policy_backend: str = "transformers"
+    # The claims the report states up front: (arm, k, reference arm, k); k None = the arm's last evaluated k.
+    compare: list[tuple[str, int | None, str, int | None]] = field(default_factory=list)
+    # Replicate runs of one recipe: group name -> its arms (same configuration, independent rollout samples);
+    # a claim naming the group's first arm is reported per replicate and pooled over them.
+    replicates: dict[str, list[str]] = field(default_factory=dict)
 
     def arm_sections(self, arm: str) -> dict[str, dict[str, Any]]:
         """The preset's sections with `arm`'s overrides merged in (one level deep per section)."""
@@ -147,6 +152,8 @@ def load_preset(name_or_path: str) -> Preset:
         notes=list(raw.get("notes") or []), sections=sections, arms=arms, source=str(path),
         continue_on_empty_gate=bool(raw.get("continue_on_empty_gate", False)),
         policy_backend=str(raw.get("policy_backend") or "transformers"),
+        compare=[parse_claim(c, arms, where=str(path)) for c in raw.get("compare") or []],
+        replicates=parse_replicates(raw.get("replicates") or {}, arms, where=str(path)),
     )
     for arm in preset.arms:  # build every arm's resources now: a bad field fails before any work
         build_resources(preset, arm, Path("/nonexistent-check"), model_path="/nonexistent-check")
@@ -160,6 +167,35 @@ def load_preset(name_or_path: str) -> Preset:
                                      "whose SFT steps it trains at each k")
     arm_order(preset, list(preset.arms))  # no cycle of start_from / controls
     return preset
+
+
+def parse_claim(text: Any, arms: dict[str, Any], *, where: str) -> tuple[str, int | None, str, int | None]:
+    """`"bpo@2 vs sft-control@2"` -> ("bpo", 2, "sft-control", 2); `@last` or no `@` = the last evaluated k."""
+    def side(s: str) -> tuple[str, int | None]:
+        arm, _, k = s.strip().partition("@")
+        if arm not in arms:
+            raise ConfigurationError(f"{where}: compare {text!r}: no arm {arm!r}; arms: {', '.join(arms)}")
+        if k in ("", "last"):
+            return arm, None
+        if not k.isdigit():
+            raise ConfigurationError(f"{where}: compare {text!r}: @{k} must be an iteration number or 'last'")
+        return arm, int(k)
+
+    if not isinstance(text, str) or text.count(" vs ") != 1:
+        raise ConfigurationError(f"{where}: compare entries read 'ARM@K vs ARM@K', got {text!r}")
+    (a, ka), (b, kb) = (side(s) for s in text.split(" vs "))
+    return a, ka, b, kb
+
+
+def parse_replicates(raw: Any, arms: dict[str, Any], *, where: str) -> dict[str, list[str]]:
+    if not isinstance(raw, dict) or not all(isinstance(v, list) and v for v in raw.values()):
+        raise ConfigurationError(f"{where}: replicates maps a group name to a list of its arms, got {raw!r}")
+    for group, members in raw.items():
+        if missing := [m for m in members if m not in arms]:
+            raise ConfigurationError(f"{where}: replicates {group!r}: no arm(s) {missing}; arms: {', '.join(arms)}")
+        if members[0] != group:
+            raise ConfigurationError(f"{where}: replicates {group!r}: its first arm must be {group!r} itself")
+    return {str(g): [str(m) for m in ms] for g, ms in raw.items()}
 
 
 # -- resources -------------------------------------------------------------------------------
@@ -624,8 +660,57 @@ def collect_results(preset: Preset, runs: Path, results: Path | None = None) -> 
                             "provenance": record["provenance"], "origin": record["origin"]}
     out["arms"] = {a: out["arms"][a] for a in preset.arms}  # the preset's order
     out["arm_comparisons"] = compare_arms({a: outcomes_of(records[a]) for a in preset.arms if a in records})
+    out["claims"] = claims(preset, records)
     out["_records"], out["_local"] = records, local
     return out
+
+
+def claim_outcomes(preset: Preset, records: dict[str, dict[str, Any]], arm: str,
+                   k: int | None) -> tuple[int, dict[str, dict[str, bool]]] | None:
+    """(k, {split: {task: success}}) of an arm at k (None: its last evaluated k); a k=0 that the arm took from
+    its start arm without evaluating it again is that arm's evaluation of the same weights."""
+    if arm not in records:
+        return None
+    own = outcomes_of(records[arm])
+    source = preset.arm_sections(arm).get("method", {}).get("start_from")
+    if k == 0 and not any(kk == 0 for kk, _ in own) and source in records:
+        own = {key: v for key, v in outcomes_of(records[source]).items() if key[0] == 0}
+    ks = sorted({kk for kk, _ in own})
+    k = ks[-1] if k is None and ks else k
+    splits = {s: v for (kk, s), v in own.items() if kk == k}
+    return (k, splits) if splits else None
+
+
+def claims(preset: Preset, records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The preset's `compare` claims, paired over the same tasks per split and pooled; a claim whose arm heads a
+    `replicates` group is reported for each replicate that has run and pooled over them
+    (`flywheel.quality.replicate_difference`)."""
+    from flywheel.quality import replicate_difference
+
+    rows = []
+    for arm, k, ref, kref in preset.compare:
+        old = claim_outcomes(preset, records, ref, kref)
+        members = preset.replicates.get(arm, [arm])
+        news = {m: got for m in members if (got := claim_outcomes(preset, records, m, k)) is not None}
+        if old is None or not news:
+            rows.append({"arm": arm, "k": k, "reference": ref, "reference_k": kref, "status": "not run yet",
+                         "missing": [a for a in (*members, ref) if a not in records]})
+            continue
+        kk = next(iter(news.values()))[0]
+        splits = [s for s in old[1] if all(s in n[1] for n in news.values())]
+        for s in (*splits, "all") if len(splits) > 1 else splits:
+            pick = splits if s == "all" else [s]
+
+            def flat(by_split: dict[str, dict[str, bool]]) -> dict[str, bool]:
+                return {f"{sp}/{t}": v for sp in pick for t, v in by_split[sp].items()}  # noqa: B023
+
+            per = {m: paired_difference(flat(n[1]), flat(old[1])) for m, n in news.items()}
+            row = {"arm": arm, "k": kk, "reference": ref, "reference_k": old[0], "split": s, "replicates": per}
+            if len(members) > 1:
+                row["pooled"] = replicate_difference([flat(n[1]) for n in news.values()], flat(old[1]))
+                row["missing"] = [m for m in members if m not in news]
+            rows.append(row)
+    return rows
 
 
 def supersedes(record: dict[str, Any], committed: dict[str, Any]) -> bool:
@@ -760,6 +845,7 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
     parts += ["Success rates in percent with 95% Wilson intervals and (successes/n); greedy evaluation, the same "
               "tasks for every checkpoint. Differences are paired over tasks: mean difference with a 95% paired "
               "bootstrap interval (10,000 resamples), tasks gained/lost and the exact McNemar p.", ""]
+    parts += render_claims(results.get("claims") or [])
     for arm, res in results["arms"].items():
         parts += [f"## Arm `{arm}`", ""]
         if res.get("status") == "not run":
@@ -847,6 +933,37 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
         parts += ["## Notes", ""] + [f"- {n}" for n in preset.notes] + [""]
     parts += ["Plots: `success_by_k.png`, `gate_by_k.png`, `rollout_pass_by_k.png` beside this file."]
     return "\n".join(parts)
+
+
+def render_claims(rows: list[dict[str, Any]]) -> list[str]:
+    """The preset's claims first: each replicate's paired difference, then the pooled one."""
+    if not rows:
+        return []
+
+    def diff(d: dict[str, Any]) -> str:
+        return f"{100 * d['delta']:+.1f} [{100 * d['ci_low']:+.1f}, {100 * d['ci_high']:+.1f}]"
+
+    table = []
+    for r in rows:
+        name = f"`{r['arm']}`@{r['k'] if r['k'] is not None else 'last'} vs `{r['reference']}`@" \
+               f"{r['reference_k'] if r['reference_k'] is not None else 'last'}"
+        if r.get("status"):
+            table.append([name, "-", "-", f"not run yet (missing: {', '.join(r['missing'])})", "-", "-", "-"])
+            continue
+        for m, d in r["replicates"].items():
+            table.append([name, r["split"], f"`{m}`", diff(d), f"{d['gained']}/{d['lost']}", f"{d['mcnemar_p']:.3g}",
+                          "yes" if d["significant"] else "no"])
+        if p := r.get("pooled"):
+            rates = ", ".join(f"{100 * x:.0f}" for x in p["replicate_rates"])
+            table.append([name, r["split"], f"pooled over {p['replicates']} (rates {rates}; spread "
+                          f"{100 * p['spread']:.0f} pts" + (f"; not run: {', '.join(r['missing'])}" if r["missing"] else "")
+                          + ")", diff(p), "-", "-", "yes" if p["significant"] else "no"])
+    return ["## Claims", "",
+            "Each claim paired over the same tasks (per split and pooled over splits, n in each arm's table): "
+            "per run, the mean difference with a 95% paired bootstrap interval (10,000 resamples), tasks "
+            "gained/lost and the exact McNemar p; pooled over replicate runs, a two-level bootstrap (tasks, then "
+            "replicates, 2,000 resamples).", "",
+            _md(["claim", "split", "run", "delta (pts) [95% CI]", "gained/lost", "McNemar p", "excludes 0"], table), ""]
 
 
 def _err(r: dict[str, Any], side: str) -> float:

@@ -191,3 +191,34 @@ def arm_checkpoints(db: Store, benchmark: str) -> dict[int, dict[str, Any]]:
         }
         entry["buckets"] = db.eval_buckets_of(benchmark, k)
     return out
+
+
+def replicate_difference(replicates: list[dict[str, bool]], old: dict[str, bool], *, level: float = 0.95,
+                         n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """Pooled SR(new) - SR(old) over R replicate runs of `new`, all on the tasks `old` played: the mean over
+    tasks of (the replicates' mean outcome - old's), with a two-level percentile bootstrap (tasks with
+    replacement, then each drawn task's replicates with replacement), so the interval carries both the task
+    sample and the run-to-run spread. Each replicate's own paired difference is `paired_difference`."""
+    common = sorted(set(old).intersection(*map(set, replicates))) if replicates else []
+    if not common:
+        return {"n": 0, "replicates": len(replicates), "delta": 0.0, "ci_low": -1.0, "ci_high": 1.0,
+                "significant": False, "method": "two-level bootstrap (tasks, then replicates)"}
+    table = [[float(r[t]) for r in replicates] for t in common]
+    base = [float(old[t]) for t in common]
+    n, reps = len(common), len(replicates)
+    delta = sum(sum(row) / reps - b for row, b in zip(table, base, strict=True)) / n
+    rng = random.Random(seed)
+    stats = []
+    for _ in range(n_boot):
+        total = 0.0
+        for _ in range(n):
+            i = rng.randrange(n)
+            total += sum(table[i][rng.randrange(reps)] for _ in range(reps)) / reps - base[i]
+        stats.append(total / n)
+    stats.sort()
+    lo = stats[int(math.floor((1 - level) / 2 * n_boot))]
+    hi = stats[min(n_boot - 1, int(math.ceil((1 + level) / 2 * n_boot)) - 1)]
+    rates = [sum(r[t] for t in common) / n for r in replicates]
+    return {"n": n, "replicates": reps, "delta": delta, "ci_low": lo, "ci_high": hi,
+            "significant": lo > 0 or hi < 0, "replicate_rates": rates,
+            "spread": max(rates) - min(rates), "method": "two-level bootstrap (tasks, then replicates)"}

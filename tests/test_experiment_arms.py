@@ -29,6 +29,8 @@ TWO_ARMS = {
     "loop": {"adaptive_sampling": False},
     "continue_on_empty_gate": True,
     "arms": {"a": {}, "b": {"policy": {"rollout_seed": 7}, "method": {"start_from": "a", "evaluate_start": False}}},
+    "compare": ["b@1 vs a@0", "a@last vs b@1"],
+    "replicates": {"a": ["a"]},
 }
 
 
@@ -64,7 +66,12 @@ def test_arms_from_separate_runs_folders_and_processes_merge_and_k0_is_checked(t
     [k1_vs_0] = [c for c in data["arms"]["b"]["comparisons"] if (c["new"], c["old"]) == (1, 0)]
     assert k1_vs_0["old_arm"] == "a" and k1_vs_0["n"] == 3
     assert [(c["arm"], c["reference"], c["k"], c["n"]) for c in data["arm_comparisons"]] == [("b", "a", 1, 3)]
+    claims = {(c["arm"], c["k"], c["reference"], c["reference_k"]): c for c in data["claims"]}
+    assert claims[("b", 1, "a", 0)]["replicates"]["b"] == k1_vs_0 | {"old_arm": "a"} or \
+        claims[("b", 1, "a", 0)]["replicates"]["b"]["n"] == 3  # b's k=0 is a's evaluation of the same weights
+    assert claims[("a", 1, "b", 1)]["replicates"]["a"]["n"] == 3
     report = (results / "report.md").read_text()
+    assert "## Claims" in report and "`b`@1 vs `a`@0" in report
     assert f"Run `{a['provenance']['run_id']}` from committed" in report
     # A recorded k=0 that this machine does not reproduce: refused in one line, exit 2, before any rollout.
     a["provenance"]["k0_weights_sha256"] = "0" * 64
@@ -86,11 +93,18 @@ def _k0_path(arm_dir: Path) -> Path:
     return Path(Store(arm_dir / "flywheel.duckdb", read_only=True).latest_checkpoint("webshop", 0)["path"])
 
 
-@pytest.mark.parametrize("name", ["cpu-scienceworld", "cpu-webshop", "cpu-baselines-scienceworld"])
+# Presets whose committed results ran before whole-pass budgets pin `whole_passes: false` to stay reproducible.
+PINNED = {"cpu-scienceworld", "cpu-scienceworld-quick", "cpu-webshop", "cpu-webshop-quick", "cpu-baselines-scienceworld"}
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (REPO / "experiments").glob("*.yaml")))
 def test_shipped_presets_train_every_example_even_when_the_cap_is_below_one_pass(name):
     preset = load_preset(name)
     for arm in preset.arms:
         policy = preset.arm_sections(arm).get("policy", {})
+        if name in PINNED:
+            assert policy["whole_passes"] is False and (REPO / "experiments" / "results" / name).is_dir()
+            continue
         cfg = TrainConfig(batch_size=policy.get("batch_size", 8), max_steps=policy.get("max_train_steps", -1),
                           order="given", whole_passes=policy.get("whole_passes", True))
         if cfg.max_steps <= 0:
@@ -108,3 +122,21 @@ def test_whole_passes_round_the_cap_to_passes_and_off_keeps_it():
     exact = TrainConfig(batch_size=8, max_steps=16, order="given", whole_passes=False)
     assert planned_steps(157, exact) == 16 and examples_never_trained(157, exact) == 29  # the old cut
     assert planned_steps(157, TrainConfig(max_steps=-1)) == -1  # epochs decide
+
+
+def test_replicates_pool_with_a_two_level_bootstrap():
+    from flywheel.quality import paired_difference, replicate_difference
+
+    tasks = [f"t{i}" for i in range(40)]
+    old = {t: i < 10 for i, t in enumerate(tasks)}
+    reps = [{t: i < 10 + g for i, t in enumerate(tasks)} for g in (8, 12, 16)]  # +20, +30, +40 points
+    pooled = replicate_difference(reps, old)
+    assert pooled["n"] == 40 and pooled["replicates"] == 3
+    assert abs(pooled["delta"] - 0.3) < 1e-9 and pooled["ci_low"] < 0.3 < pooled["ci_high"] and pooled["significant"]
+    assert [round(r, 3) for r in pooled["replicate_rates"]] == [0.45, 0.55, 0.65] and abs(pooled["spread"] - 0.2) < 1e-9
+    one = paired_difference(reps[1], old)
+    assert abs(one["delta"] - pooled["delta"]) < 1e-9
+    # A replicate that lost everything pulls the pooled estimate down: one lucky run is no longer the answer.
+    split = replicate_difference([reps[0], {t: False for t in tasks}, reps[2]], old)
+    assert abs(split["delta"] - (0.2 - 0.25 + 0.4) / 3) < 1e-9 and not split["significant"]
+    assert paired_difference(reps[2], old)["significant"]

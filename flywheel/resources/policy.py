@@ -80,9 +80,9 @@ class PolicyResource(dg.ConfigurableResource):
             raise ConfigurationError(f"policy.refine_from must be 'base' or 'previous', got {self.refine_from!r}")
         if self.replay not in ("matched", "all", "none"):
             raise ConfigurationError(f"policy.replay must be 'matched', 'all' or 'none', got {self.replay!r}")
-        if self.replay in ("matched", "none") and self.refine_from != "previous":
-            raise ConfigurationError(f"policy.replay {self.replay!r} continues from checkpoint k-1: set "
-                                     "policy.refine_from: previous (or replay: all)")
+        if self.replay == "none" and self.refine_from != "previous":
+            raise ConfigurationError("policy.replay 'none' (the equal-compute control) continues from checkpoint "
+                                     "k-1: set policy.refine_from: previous")
         if self.scheduling not in ("auto", "ticks", "per_episode"):
             raise ConfigurationError(
                 f"policy.scheduling must be 'auto', 'ticks' or 'per_episode', got {self.scheduling!r}")
