@@ -588,6 +588,8 @@ def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[st
                                  "sft_stage_seconds": secs, "train_seconds": train_s, "train_steps": steps}
             if train_s and steps:  # examples seen per second of training (steps x batch)
                 row["checkpoint"]["sft_examples_per_s"] = steps * int(lineage.get("batch_size", 8)) / train_s
+            if train_s and lineage.get("tokens_trained"):
+                row["checkpoint"]["sft_tokens_per_s"] = lineage["tokens_trained"] / train_s
         if k in rollouts:
             r = rollouts[k]
             secs = done.get(f"rollouts:{k}", {}).get("seconds")
@@ -883,6 +885,7 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
                 r["k"], ck.get("examples", "-"), ck.get("trajectories", "-"),
                 f"{ck['train_loss']:.3f}" if ck.get("train_loss") is not None else "-",
                 f"{ck['sft_examples_per_s']:.2f}" if ck.get("sft_examples_per_s") else "-",
+                ck.get("train_steps") or "-", f"{ck['sft_tokens_per_s']:.0f}" if ck.get("sft_tokens_per_s") else "-",
                 ro["episodes"] if ro else "-", _ci(ro["pass_rate"]) if ro else "-",
                 _ci(ro["pass_at_n"]) if ro else "-",
                 _ci(ro["seed_tasks_pass_rate"]) if ro and ro["seed_tasks_pass_rate"]["n"] else "-",
@@ -892,7 +895,8 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
                 g["tasks_without_seed"] if g else "-", g["gated_total"] if g else "-",
             ])
         parts += ["**The flywheel per iteration** (SFT of checkpoint k; its rollouts on the training tasks; the gate):", ""]
-        parts += [_md(["k", "SFT examples", "SFT trajectories", "train loss", "SFT examples/s", "rollouts",
+        parts += [_md(["k", "SFT examples", "SFT trajectories", "train loss", "SFT examples/s", "SFT steps",
+                       "SFT tokens/s", "rollouts",
                        "rollout pass rate %", "train pass@n % (tasks)", "seed-task pass %", "non-seed-task pass %",
                        "episodes/min", "gated new", "gated tasks", "gated tasks w/o seed", "gated total"], flow), ""]
         parts += [f"Seed tasks (teacher trajectories): {res['seed_tasks']}.", ""]
@@ -920,6 +924,12 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
             parts += [f"Stage wall time: {total / 60:.1f} min in all; " + ", ".join(
                 f"{k} {v.get('seconds', 0) / 60:.1f}" for k, v in stages.items()) + " (min).", ""]
         parts += ["Configuration:", "", "```json", json.dumps(res["config"], indent=1, sort_keys=True), "```", ""]
+    ran = {a: sum(v.get("seconds", 0) for v in r.get("stages", {}).values()) for a, r in results["arms"].items()
+           if r.get("stages")}
+    if ran:
+        parts += [f"**What it cost:** {sum(ran.values()) / 3600:.1f} h of stages over {len(ran)} arm(s) ("
+                  + ", ".join(f"{a} {t / 60:.0f} min" for a, t in ran.items()) + "), as measured on each arm's machine.",
+                  ""]
     if results.get("arm_comparisons"):
         parts += ["## Arms compared", "",
                   "Each arm against the first evaluated arm at the same k, paired over the same evaluation tasks.", ""]

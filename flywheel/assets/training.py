@@ -138,6 +138,10 @@ def sft_checkpoint(
                "iteration": k, "dataset": counts,
                "gated_iterations": list(range(k)), "examples": result.n_examples, "train_steps": result.steps,
                "batch_size": cfg.batch_size, "whole_passes": cfg.whole_passes,
+               # Tokens trained: one pass's tokens x the passes the steps made (steps x batch / examples).
+               "tokens_per_pass": result.tokens_per_pass,
+               "tokens_trained": round(result.tokens_per_pass * result.steps * cfg.batch_size * cfg.grad_accum
+                                       * result.world_size / max(result.n_examples, 1)),
                "train_seconds": round(time.monotonic() - started, 1),
                # Equal weights, equal hash: arms that share this k=0 across machines check it (flywheel.provenance).
                "weights_sha256": weights_sha256(result.path)}

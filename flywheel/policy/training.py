@@ -78,6 +78,8 @@ class TrainResult:
     dropped: tuple[int, ...] = ()
     # Processes that trained data-parallel (the HF Trainer's world size: > 1 under DDP, e.g. Ray Train workers).
     world_size: int = 1
+    # Tokens (prompt + completion, chat template applied) of the examples kept: one pass over the set.
+    tokens_per_pass: int = 0
 
 
 def sft_examples(
@@ -154,9 +156,9 @@ def unpublished_dirs(out_dir: str | Path) -> tuple[Path, Path]:
     return out, work
 
 
-def _fits(tokenizer, row: dict, max_length: int) -> bool:
+def _length(tokenizer, row: dict) -> int:
     text = tokenizer.apply_chat_template(row["prompt"] + row["completion"], tokenize=False)
-    return len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= max_length
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def train_sft(
@@ -184,7 +186,8 @@ def train_sft(
     base = require_model(base_model)
     tok = load_tokenizer(base)
     tok.padding_side = "right"
-    fits = [_fits(tok, r, cfg.max_length) for r in examples]
+    lengths = [_length(tok, r) for r in examples]
+    fits = [n <= cfg.max_length for n in lengths]
     kept, dropped = keep_fitting(examples, fits, what="example", max_length=cfg.max_length, progress=progress)
     out, work = unpublished_dirs(out_dir)
     dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in kept])
@@ -235,6 +238,7 @@ def train_sft(
         path=str(out), n_examples=len(kept), n_dropped=dropped,
         train_loss=float(result.training_loss), steps=int(result.global_step),
         dropped=tuple(i for i, ok in enumerate(fits) if not ok), world_size=int(trainer.args.world_size),
+        tokens_per_pass=sum(n for n, ok in zip(lengths, fits, strict=True) if ok),
     )
 
 

@@ -38,7 +38,8 @@ def _train_loop(config: dict[str, Any]) -> None:
         result = train_sft(config["base_model"], config["examples"], Path(tmp) / "model", config["cfg"],
                            progress=lambda line: log.info("rank %s: %s", rank, line))
         metrics = {"train_loss": result.train_loss, "steps": result.steps, "n_examples": result.n_examples,
-                   "n_dropped": result.n_dropped, "dropped": list(result.dropped), "world_size": result.world_size}
+                   "n_dropped": result.n_dropped, "dropped": list(result.dropped), "world_size": result.world_size,
+                   "tokens_per_pass": result.tokens_per_pass}
         checkpoint = ray.train.Checkpoint.from_directory(result.path) if rank == 0 else None
         ray.train.report(metrics, checkpoint=checkpoint)
 
@@ -95,4 +96,5 @@ def train_sft_on_ray(
              f"checkpoint copied from {result.checkpoint.path} to {out}")
     return TrainResult(path=str(out), n_examples=int(metrics["n_examples"]), n_dropped=int(metrics["n_dropped"]),
                        train_loss=float(metrics["train_loss"]), steps=int(metrics["steps"]),
-                       dropped=tuple(metrics.get("dropped", ())), world_size=int(metrics.get("world_size", 1)))
+                       dropped=tuple(metrics.get("dropped", ())), world_size=int(metrics.get("world_size", 1)),
+                       tokens_per_pass=int(metrics.get("tokens_per_pass", 0)))
