@@ -171,10 +171,12 @@ def test_every_method_end_to_end_and_the_paper_tables(tmp_path, capsys):
 
 
 def test_shipped_baselines_preset_names_every_method():
-    preset = load_preset("cpu-baselines-scienceworld")
+    preset = load_preset("cpu-baselines-scienceworld")  # its results predate the equal-compute control
     assert preset.benchmark == "scienceworld"
-    assert sorted(preset.method(a) for a in preset.arms) == sorted(m for m in METHODS if m != "bpo")
+    assert sorted(preset.method(a) for a in preset.arms) == sorted(m for m in METHODS if m not in ("bpo", "sft-control"))
     assert preset.arm_sections("grpo")["method"]["grpo_group_size"] == 4
+    comparison = load_preset("cpu-comparison-scienceworld")
+    assert {comparison.method(a) for a in comparison.arms} == set(METHODS) - {"bpo-stage3"}  # stage 3 is bpo
 
 
 def test_a_store_from_before_the_method_column_gains_it(tmp_path):
