@@ -7,8 +7,8 @@ count, so observation/score/done/completion are identical (tested) at a fraction
 Valid actions are computed on demand by `valid_actions()`.
 
 Why our own launcher: the package's constructor passes no Java options, so each env got a
-2+ GB default heap. py4j's `launch_gateway` takes `javaopts`; we pass `-Xmx512m` and the serial
-GC by default (peak ~480 MB RSS per env on a mixed workload, vs ~2.5 GB).
+2+ GB default heap. We start the JVM as py4j's `launch_gateway` does, with a clean signal state,
+and pass `-Xmx512m` and the serial GC by default (peak ~480 MB RSS per env on a mixed workload, vs ~2.5 GB).
 
 Why `deterministic` (default): the stock engine is not a function of the action sequence.
 Object lists iterate in identity-hash order and bees, wandering animals and referent choice use
