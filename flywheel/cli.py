@@ -302,8 +302,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 def build_parser() -> argparse.ArgumentParser:
     from envs import DEFAULT_BENCHMARK, REGISTRY
-    from flywheel.profile import PROFILE_ENV
-    from flywheel.settings import SMOLLM2_DIR
+    from flywheel.settings import PROFILE_ENV, SMOLLM2_DIR  # not flywheel.profile: --help imports no Dagster
 
     parser = argparse.ArgumentParser(
         prog="flywheel", formatter_class=HelpFormatter,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -108,6 +109,7 @@ def run_loop(
     res = {"store": defs.resources["store"], "loop": defs.resources["loop"]}
     out = LoopRun()
     seen_keys: set[str] = set()
+    started = time.time()
     while len(out.runs) < max_runs:
         # Contexts are closed at once (a context left to the garbage collector would reset
         # Dagster's state-storage ContextVar to a dead instance's later on).
@@ -117,7 +119,8 @@ def run_loop(
             requests = [r for r in (result if isinstance(result, list) else []) if isinstance(r, dg.RunRequest)]
             out.last_message = result.skip_message if isinstance(result, dg.SkipReason) else ""
         else:
-            with dg.build_sensor_context(instance=instance, cursor=out.cursor, resources=res) as ctx:
+            with dg.build_sensor_context(instance=instance, cursor=out.cursor, resources=res,
+                                         last_sensor_start_time=started) as ctx:  # a real tick, not a preview
                 result = flywheel_sensor(ctx)
             out.cursor = result.cursor
             requests = list(result.run_requests or [])
