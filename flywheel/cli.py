@@ -226,12 +226,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     store = Store(path)
     print(f"store: {path}", file=sys.stderr)
     evaluated = store.evaluated_benchmarks()
+    if args.benchmark is None:  # the profile's benchmark: its first one that has evaluations
+        ours = profile_of(args).benchmarks
+        args.benchmark = next((b for b in ours if b in evaluated), ours[0])
+        if not args.paper:
+            print(f"benchmark: {args.benchmark} (the profile's; --benchmark picks another)", file=sys.stderr)
     if not evaluated:
         print(f"warning: {path} holds no evaluation yet: nothing to report (materialize evaluation first)",
               file=sys.stderr)
     elif not args.paper and args.benchmark not in evaluated:
-        print(f"warning: {path} holds no evaluation of {args.benchmark}; it has: {', '.join(evaluated)} "
-              "(use --benchmark)", file=sys.stderr)
+        print(f"{args.benchmark}: no evaluation in {path}; it has: {', '.join(evaluated)} (use --benchmark)",
+              file=sys.stderr)
+        return 1
     if args.paper:
         print(paper_table(store, metric=args.metric))
     else:
@@ -378,7 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
     expo.set_defaults(fn=cmd_export)
 
     rep = sub.add_parser("report", help="print the evaluation table from the store")
-    rep.add_argument("--benchmark", default=DEFAULT_BENCHMARK, help="benchmark whose evaluations to print")
+    rep.add_argument("--benchmark", default=None,
+                     help="benchmark whose evaluations to print (default: the profile's first benchmark with evaluations)")
     rep.add_argument("--runs-dir", default=None,
                      help="folder of flywheel.duckdb (default: the profile's runs_dir/demo if it has a store, else runs_dir, where the UI "
                      "writes)")

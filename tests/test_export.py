@@ -82,6 +82,22 @@ def test_report_never_creates_a_store_and_warns_when_empty(tmp_path, monkeypatch
     assert not (tmp_path / "runs" / "demo").exists()
 
 
+def test_report_reads_the_profiles_benchmark_says_which_and_gives_intervals(tmp_path, monkeypatch, capsys):
+    (tmp_path / "profile.yaml").write_text(f"runs_dir: {tmp_path / 'runs'}\nbenchmarks: [webshop]\n")
+    monkeypatch.setenv("FLYWHEEL_PROFILE", str(tmp_path / "profile.yaml"))
+    db = Store(tmp_path / "runs" / "flywheel.duckdb")
+    db.write_evaluation({"benchmark": "scienceworld", "iteration": 0, "split": "seen", "checkpoint_id": "s0",
+                         "episodes": 4, "success_rate": 0.5})
+    assert main(["report"]) == 1  # the profile's benchmark has no evaluation: said, not an empty table
+    assert "webshop: no evaluation" in capsys.readouterr().err
+    db.write_evaluation({"benchmark": "webshop", "iteration": 0, "split": "unseen", "checkpoint_id": "w0",
+                         "episodes": 10, "success_rate": 0.5})
+    assert main(["report"]) == 0
+    out, err = capsys.readouterr()
+    assert "benchmark: webshop (the profile's" in err
+    assert "50.0 [23.7, 76.3] (5/10)" in out
+
+
 def test_every_option_has_help_and_shows_its_default():
     parser = build_parser()
     sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
