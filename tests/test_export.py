@@ -118,3 +118,12 @@ def test_missing_model_hint_is_a_valid_command(tmp_path):
     hint = str(err.value).split("`python -m flywheel.cli ")[1].split("`")[0].replace("PATH", str(tmp_path / "m"))
     args = build_parser().parse_args(hint.split())  # the parser accepts the hint as written
     assert args.tiny and args.out == str(tmp_path / "m")
+
+
+def test_paper_without_stores_says_where_it_looked(tmp_path, monkeypatch, capsys):
+    (tmp_path / "profile.yaml").write_text(f"runs_dir: {tmp_path / 'runs'}\n")
+    monkeypatch.setenv("FLYWHEEL_PROFILE", str(tmp_path / "profile.yaml"))
+    assert main(["paper", "cpu-scienceworld-quick", "--results-dir", str(tmp_path / "paper")]) == 2
+    err = capsys.readouterr().err
+    assert "no experiment store found" in err and str(tmp_path / "runs" / "experiments" / "cpu-scienceworld-quick") in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "paper").exists()
