@@ -60,6 +60,20 @@ def test_export_round_trips_through_jsonl_and_load_from_disk(store, tmp_path, ca
     assert "b-k0-x" in card and "sft_k0" in capsys.readouterr().out
 
 
+def test_the_sft_card_says_which_pairs_were_never_trained(store, tmp_path):
+    runs, db, seeds, _, examples = store
+    for k, never in ((1, 2), (2, 0)):
+        db.record_checkpoint({"checkpoint_id": f"b-k{k}-x", "benchmark": "b", "iteration": k, "path": "/nowhere",
+                              "n_examples": len(examples), "train_loss": 1.0, "lineage": {"examples_never_trained": never}})
+        db.write_training_examples(f"b-k{k}-x", "b", k, [{**ex, "traj_id": "x", "kept": True} for ex in examples])
+    assert main(["export", "--runs-dir", str(runs), "--out", str(tmp_path / "out"), "--benchmark", "b"]) == 0
+    cards = {k: " ".join((tmp_path / "out" / "b" / "hf" / f"sft_k{k}" / "README.md").read_text().split()) for k in range(3)}
+    n = len(examples)
+    assert f"Only the first {n - 2} were trained on" in cards[1] and f"the last 2 of these {n}" in cards[1]
+    assert "The exact (prompt, completion) pairs checkpoint `b-k2-x` trained on" in cards[2]
+    assert "does not record whether" in cards[0] and "trained on," not in cards[0]  # an older store: no claim
+
+
 def test_views_answer_the_common_questions(store):
     _, db, _, passed, _ = store
     growth = db.query("SELECT * FROM gated_growth").row(0, named=True)

@@ -133,7 +133,8 @@ def sft_checkpoint(
                "replay": policy.replay,
                "iteration": k, "dataset": counts,
                "gated_iterations": list(range(k)), "examples": result.n_examples, "train_steps": result.steps,
-               "batch_size": cfg.batch_size, "train_seconds": round(time.monotonic() - started, 1)}
+               "batch_size": cfg.batch_size, "train_seconds": round(time.monotonic() - started, 1),
+               "examples_never_trained": examples_never_trained(result.n_examples, cfg, result.world_size)}
     db.record_checkpoint({
         "checkpoint_id": checkpoint_id, "benchmark": benchmark, "iteration": k, "path": result.path,
         "base_model": start_model, "n_examples": result.n_examples, "n_trajectories": len(trajs),
@@ -145,7 +146,7 @@ def sft_checkpoint(
     db.write_training_examples(checkpoint_id, benchmark, k, [
         {**ex, "traj_id": tid, "kept": i not in dropped}
         for i, (ex, tid) in enumerate(zip(examples, traj_ids, strict=True))])
-    never = examples_never_trained(result.n_examples, cfg, result.world_size)
+    never = lineage["examples_never_trained"]
     if never:
         context.log.warning(
             f"sft_checkpoint {benchmark}|{k}: the curriculum walks the {result.n_examples} examples easy to hard and "
