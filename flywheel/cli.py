@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 # Every demo flag that sets a resource field, declared once: flag -> (resource section, field, the
@@ -414,6 +415,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # the instance's schema check: "Context impl SQLiteImpl."
+    # Dagster's BetaWarning / PreviewWarning about APIs the definitions use on purpose (multi-partition mappings)
+    warnings.filterwarnings("ignore", message=r".* is currently in (beta|preview)")
     try:
         profile_of(args)  # a bad profile: one line naming the fix, before any work
         return args.fn(args)
