@@ -5,10 +5,17 @@ TextWorld worker process. Each belongs to the benchmark spec object that uses it
 `EnvResource` holds one spec per benchmark and closes it when the run ends), not to the module:
 two specs never share one, and nothing is a process-wide singleton. A finalizer still ends the
 process at interpreter exit if its owner never called `close()`.
+
+Every helper starts with a clean signal state (`clean_signals`) and is stopped by `stop_process`
+(SIGTERM, then SIGKILL after a grace period): a parent that blocks or ignores SIGTERM (a launcher,
+a CI runner, or Dagster after copying an ignored SIGINT onto SIGTERM) would otherwise pass that on
+across `exec`, and its helpers could not be stopped.
 """
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -16,6 +23,28 @@ from contextlib import contextmanager
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+
+
+def clean_signals() -> None:
+    """`preexec_fn` for a helper: default dispositions and an empty signal mask, whatever the parent's
+    (a blocked mask and ignored dispositions survive `exec`)."""
+    for sig in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}:
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):  # signals Python cannot set (e.g. 32, 33 under glibc)
+            pass
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+
+
+def stop_process(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL after `grace_s`: never raises for a helper that ignores SIGTERM."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _close_box(box: list, close: Callable) -> None:

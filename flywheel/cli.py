@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 # Every demo flag that sets a resource field, declared once: flag -> (resource section, field, the
@@ -226,12 +227,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     store = Store(path)
     print(f"store: {path}", file=sys.stderr)
     evaluated = store.evaluated_benchmarks()
+    if args.benchmark is None:  # the profile's benchmark: its first one that has evaluations
+        ours = profile_of(args).benchmarks
+        args.benchmark = next((b for b in ours if b in evaluated), ours[0])
+        if not args.paper:
+            print(f"benchmark: {args.benchmark} (the profile's; --benchmark picks another)", file=sys.stderr)
     if not evaluated:
         print(f"warning: {path} holds no evaluation yet: nothing to report (materialize evaluation first)",
               file=sys.stderr)
     elif not args.paper and args.benchmark not in evaluated:
-        print(f"warning: {path} holds no evaluation of {args.benchmark}; it has: {', '.join(evaluated)} "
-              "(use --benchmark)", file=sys.stderr)
+        print(f"{args.benchmark}: no evaluation in {path}; it has: {', '.join(evaluated)} (use --benchmark)",
+              file=sys.stderr)
+        return 1
     if args.paper:
         print(paper_table(store, metric=args.metric))
     else:
@@ -319,8 +326,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 def build_parser() -> argparse.ArgumentParser:
     from envs import DEFAULT_BENCHMARK, REGISTRY
-    from flywheel.profile import PROFILE_ENV
-    from flywheel.settings import SMOLLM2_DIR
+    from flywheel.settings import PROFILE_ENV, SMOLLM2_DIR  # not flywheel.profile: --help imports no Dagster
 
     parser = argparse.ArgumentParser(
         prog="flywheel", formatter_class=HelpFormatter,
@@ -402,7 +408,8 @@ def build_parser() -> argparse.ArgumentParser:
     expo.set_defaults(fn=cmd_export)
 
     rep = sub.add_parser("report", help="print the evaluation table from the store")
-    rep.add_argument("--benchmark", default=DEFAULT_BENCHMARK, help="benchmark whose evaluations to print")
+    rep.add_argument("--benchmark", default=None,
+                     help="benchmark whose evaluations to print (default: the profile's first benchmark with evaluations)")
     rep.add_argument("--runs-dir", default=None,
                      help="folder of flywheel.duckdb (default: the profile's runs_dir/demo if it has a store, else runs_dir, where the UI "
                      "writes)")
@@ -431,6 +438,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # the instance's schema check: "Context impl SQLiteImpl."
+    # Dagster's BetaWarning / PreviewWarning about APIs the definitions use on purpose (multi-partition mappings)
+    warnings.filterwarnings("ignore", message=r".* is currently in (beta|preview)")
     try:
         profile_of(args)  # a bad profile: one line naming the fix, before any work
         return args.fn(args)

@@ -941,7 +941,8 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
                        for c in results["arm_comparisons"]]), ""]
     if preset.notes:
         parts += ["## Notes", ""] + [f"- {n}" for n in preset.notes] + [""]
-    parts += ["Plots: `success_by_k.png`, `gate_by_k.png`, `rollout_pass_by_k.png` beside this file."]
+    plots = results.get("plots", [])
+    parts += [f"Plots: {', '.join(f'`{p}`' for p in plots)} beside this file." if plots else "Plots: none yet (nothing evaluated)."]
     return "\n".join(parts)
 
 
@@ -982,62 +983,60 @@ def _err(r: dict[str, Any], side: str) -> float:
     return max(0.0, 100 * gap)
 
 
-def _finish(plt, fig, ax, path: Path, ylabel: str, title: str) -> str:
-    """Label (x is always the iteration k), save and close one plot; returns its file name."""
+def _finish(plt, fig, ax, path: Path, ylabel: str, title: str, iterations: int) -> str:
+    """Label (x is the iteration k, integer ticks 0..K), save and close one plot; returns its file name."""
+    ax.set_xticks(range(iterations + 1))
+    ax.set_xlim(-0.5, iterations + 0.5)
     ax.set_xlabel("iteration k")
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes, never over the points
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path.name
 
 
 def render_plots(results: dict[str, Any], out: Path) -> list[str]:
+    """success_by_k, gate_by_k and rollout_pass_by_k, each written only when it has a point to show (an old
+    file of a plot with nothing to show is removed); titles name the experiment, labels give n."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    written = []
+    name, K = results["preset"], results["iterations"]
     arms = {a: r for a, r in results["arms"].items() if r.get("status") != "not run"}
-    if not arms:
-        return written
-    fig, ax = plt.subplots(figsize=(7, 4))
-    width = 0.8 / max(1, sum(len(r["splits"]) for r in arms.values()))
-    i = 0
-    for arm, res in arms.items():
-        for s in res["splits"]:
-            ks = [r["k"] for r in res["per_k"] if s in r["splits"]]
-            rates = [100 * r["splits"][s]["rate"] for r in res["per_k"] if s in r["splits"]]
-            lo = [_err(r["splits"][s], "low") for r in res["per_k"] if s in r["splits"]]
-            hi = [_err(r["splits"][s], "high") for r in res["per_k"] if s in r["splits"]]
-            xs = [k - 0.4 + width * (i + 0.5) for k in ks]
-            ax.errorbar(xs, rates, yerr=[lo, hi], fmt="o-", capsize=4, label=f"{arm} {s}")
-            i += 1
-    ax.set_xticks(range(results["iterations"] + 1))
-    written.append(_finish(plt, fig, ax, out / "success_by_k.png", "success % (95% Wilson CI)",
-                           f"{results['preset']}: success by iteration"))
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for arm, res in arms.items():
-        ks = [r["k"] for r in res["per_k"] if r.get("gate")]
-        ax.plot(ks, [r["gate"]["gated_total"] for r in res["per_k"] if r.get("gate")], "o-", label=f"{arm} gated total")
-        ax.plot(ks, [r["gate"]["new_unique_successes"] for r in res["per_k"] if r.get("gate")], "s--",
-                label=f"{arm} new unique successes")
-        ax.plot(ks, [r["gate"]["distinct_tasks"] for r in res["per_k"] if r.get("gate")], "^:", label=f"{arm} gated tasks")
-    written.append(_finish(plt, fig, ax, out / "gate_by_k.png", "trajectories / tasks", "reward gate by iteration"))
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for arm, res in arms.items():
-        rows = [r for r in res["per_k"] if r.get("rollouts")]
-        rates = [100 * r["rollouts"]["pass_rate"]["rate"] for r in rows]
-        lo = [_err(r["rollouts"]["pass_rate"], "low") for r in rows]
-        hi = [_err(r["rollouts"]["pass_rate"], "high") for r in rows]
-        ax.errorbar([r["k"] for r in rows], rates, yerr=[lo, hi], fmt="o-", capsize=4, label=f"{arm} rollout pass rate")
-    written.append(_finish(plt, fig, ax, out / "rollout_pass_by_k.png", "successful rollouts % (95% CI)",
-                           "training rollouts that pass the reward"))
+    success = [(f"{arm} {s}", [(r["k"], r["splits"][s]) for r in res["per_k"] if s in r["splits"]])
+               for arm, res in arms.items() for s in res["splits"]]
+    gates = [(arm, [(r["k"], r["gate"]) for r in res["per_k"] if r.get("gate")]) for arm, res in arms.items()]
+    rollouts = [(arm, [(r["k"], r["rollouts"]["pass_rate"]) for r in res["per_k"] if r.get("rollouts")])
+                for arm, res in arms.items()]
+    plots = {"success_by_k.png": [x for x in success if x[1]], "gate_by_k.png": [x for x in gates if x[1]],
+             "rollout_pass_by_k.png": [x for x in rollouts if x[1]]}
+    written = []
+    for file, series in plots.items():
+        if not series:
+            (out / file).unlink(missing_ok=True)
+            continue
+        fig, ax = plt.subplots(figsize=(7, 4))
+        width = 0.8 / len(series)
+        for i, (label, points) in enumerate(series):
+            ks = [k for k, _ in points]
+            if file == "gate_by_k.png":
+                ns = "/".join(str(g["candidates"]) for _, g in points)
+                ax.plot(ks, [g["gated_total"] for _, g in points], "o-", label=f"{label} gated total")
+                ax.plot(ks, [g["new_unique_successes"] for _, g in points], "s--",
+                        label=f"{label} new unique successes (of n={ns} candidates)")
+                ax.plot(ks, [g["distinct_tasks"] for _, g in points], "^:", label=f"{label} gated tasks")
+                continue
+            xs = [k - 0.4 + width * (i + 0.5) for k in ks]  # arms side by side at each k
+            ns = "/".join(str(r["n"]) for _, r in points)
+            ax.errorbar(xs, [100 * r["rate"] for _, r in points], yerr=[[_err(r, "low") for _, r in points],
+                        [_err(r, "high") for _, r in points]], fmt="o-", capsize=4, label=f"{label} (n={ns})")
+        ylabel, title = {"success_by_k.png": ("success % (95% Wilson CI)", "success by iteration"),
+                         "gate_by_k.png": ("trajectories / tasks", "reward gate by iteration"),
+                         "rollout_pass_by_k.png": ("successful rollouts % (95% CI)", "training rollouts that pass the reward")}[file]
+        written.append(_finish(plt, fig, ax, out / file, ylabel, f"{name}: {title}", K))
     return written
 
 
@@ -1051,6 +1050,6 @@ def write_report(preset: Preset, *, runs: Path, results: Path) -> dict[str, Any]
         write_arm(results, arm, {k: v for k, v in records[arm].items() if k != "origin"})
     data["runs_dir"] = str(runs)
     (results / "results.json").write_text(json.dumps(data, indent=2, default=str))
-    (results / "report.md").write_text(render_markdown(data, preset) + "\n")
     data["plots"] = render_plots(data, results)
+    (results / "report.md").write_text(render_markdown(data, preset) + "\n")
     return data

@@ -7,9 +7,11 @@ Per benchmark, under `out/<benchmark>/`:
 - `quaternions`: the teacher's planning quaternions (o_t, e_t, p_t, a_t), one row per step
   (sources teacher and synthetic: the stage-1/2 SFT data);
 - `gated_k<k>`: the trajectories reward gate k let through (stage-3 data of iteration k+1);
-- `sft_k<k>`: the exact (prompt, completion) pairs checkpoint k trained on, in training order, in
+- `sft_k<k>`: the (prompt, completion) pairs checkpoint k was given, in training order, in
   TRL's conversational prompt-completion format (`SFTTrainer` takes it as it is); examples dropped
-  as too long are left out (they are in the store's `training_examples` with kept = false).
+  as too long are left out (they are in the store's `training_examples` with kept = false). The card
+  says whether all were trained on: a step cap below one pass (`examples_never_trained` in the
+  checkpoint's lineage) leaves the last, hardest ones untrained.
 
 Each dataset is written as `<name>.jsonl` and as a `datasets` folder `hf/<name>/`
 (`datasets.load_from_disk`) holding a dataset card (README.md) that names the benchmark, the
@@ -93,6 +95,20 @@ def _write(out: Path, name: str, rows: list[dict[str, Any]], card: dict[str, Any
     return entry
 
 
+def _sft_what(ck: dict[str, Any], n: int) -> str:
+    """The card's sentence for `sft_k<k>`: which pairs these are, and whether the checkpoint trained on all of them."""
+    lineage = ck.get("lineage") or {}
+    never = (json.loads(lineage) if isinstance(lineage, str) else lineage).get("examples_never_trained")
+    fmt = "in training order, in TRL's conversational prompt-completion format (`SFTTrainer(train_dataset=ds)`)"
+    if never == 0:
+        return f"The exact (prompt, completion) pairs checkpoint `{ck['checkpoint_id']}` trained on, {fmt}."
+    given = f"The (prompt, completion) pairs checkpoint `{ck['checkpoint_id']}` was given, {fmt}"
+    if never is None:
+        return f"{given}. This store does not record whether its step cap stopped training before the last of them."
+    return (f"{given}. Only the first {n - never} were trained on: its step cap (max_train_steps) stopped training "
+            f"before the end, so the last {never} of these {n} (the hardest, in the curriculum's order) never were.")
+
+
 def export_store(db: Store, out: str | Path, *, benchmarks: Sequence[str] | None = None, hf: bool = True,
                  progress: Any = None) -> list[dict[str, Any]]:
     """Write every dataset of each benchmark in the store; returns what was written (name, rows, paths)."""
@@ -127,9 +143,7 @@ def export_store(db: Store, out: str | Path, *, benchmarks: Sequence[str] | None
             k = ck["iteration"]
             written.append({"benchmark": b, "checkpoint_id": ck["checkpoint_id"], **_write(base, f"sft_k{k}", rows, {
                 **common, "iteration": str(k), "split": "train",
-                "what": f"The exact (prompt, completion) pairs checkpoint `{ck['checkpoint_id']}` trained on, in "
-                        "training order, in TRL's conversational prompt-completion format "
-                        "(`SFTTrainer(train_dataset=ds)`)."}, hf=hf)})
+                "what": _sft_what(ck, len(rows))}, hf=hf)})
             if progress:
                 progress(f"{b}: sft_k{k} {len(rows)} pairs")
     return written

@@ -342,6 +342,10 @@ def write_paper(experiments: str | list[str], *, runs: Path | None = None, resul
         preset = load_preset(name)
         r, _ = default_dirs(name, runs, results, runs_root=runs_root)
         loaded.append((preset, r))
+    if not any((r / arm / "flywheel.duckdb").exists() for p, r in loaded for arm in p.arms):
+        looked = "; ".join(f"{r}/{{{','.join(p.arms)}}}/flywheel.duckdb" for p, r in loaded)
+        raise ConfigurationError(f"no experiment store found (looked for {looked}): run `python -m flywheel.cli "
+                                 f"experiment {names[0]}` first, or point --runs-dir (or the profile's runs_dir) at its runs")
     results = results or (RESULTS_DIR / loaded[0][0].name / "paper" if len(names) == 1
                           else RESULTS_DIR / ("paper-" + "-".join(p.name for p, _ in loaded)))
     results.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -108,6 +109,7 @@ def run_loop(
     res = {"store": defs.resources["store"], "loop": defs.resources["loop"]}
     out = LoopRun()
     seen_keys: set[str] = set()
+    started = time.time()
     while len(out.runs) < max_runs:
         # Contexts are closed at once (a context left to the garbage collector would reset
         # Dagster's state-storage ContextVar to a dead instance's later on).
@@ -117,7 +119,8 @@ def run_loop(
             requests = [r for r in (result if isinstance(result, list) else []) if isinstance(r, dg.RunRequest)]
             out.last_message = result.skip_message if isinstance(result, dg.SkipReason) else ""
         else:
-            with dg.build_sensor_context(instance=instance, cursor=out.cursor, resources=res) as ctx:
+            with dg.build_sensor_context(instance=instance, cursor=out.cursor, resources=res,
+                                         last_sensor_start_time=started) as ctx:  # a real tick, not a preview
                 result = flywheel_sensor(ctx)
             out.cursor = result.cursor
             requests = list(result.run_requests or [])
@@ -142,21 +145,34 @@ def iterations_table(store: Store, benchmark: str) -> str:
     return markdown_table(list(df.iter_rows(named=True)), cols)
 
 
+def success_cell(rate: float | None, n: int | None) -> str:
+    """"50.0 [23.7, 76.3] (5/10)": success % with its 95% Wilson interval and (successes/n); "-" for no episode."""
+    from flywheel.quality import wilson_interval
+
+    n = int(n or 0)
+    if not n:
+        return "- (0/0)"
+    wins = round((rate or 0.0) * n)
+    lo, hi = wilson_interval(wins, n)
+    return f"{100 * wins / n:.1f} [{100 * lo:.1f}, {100 * hi:.1f}] ({wins}/{n})"
+
+
 def results_table(store: Store, benchmark: str) -> str:
-    """Success of every evaluated checkpoint, seen and unseen side by side."""
+    """Success of every evaluated checkpoint, seen and unseen side by side: % [95% Wilson interval] (successes/n)."""
     rows: dict[int, dict] = {}
     for r in store.evaluation_rows(benchmark):
         row = rows.setdefault(r["iteration"], {"checkpoint": f"k={r['iteration']}"})
         s = r["split"]
-        row[f"{s} success"] = r["success_rate"]
+        row[f"{s} success"] = success_cell(r["success_rate"], r["episodes"])
         row[f"{s} reward"] = r["avg_reward"]
         row[f"{s} steps"] = r["mean_steps"]
         row[f"{s} invalid"] = r["invalid_action_rate"]
         row[f"{s} n"] = r["episodes"]
         row["prompt tok/step"] = r["prompt_tokens_per_step"]
-    cols = ["checkpoint", "seen success", "unseen success", "seen reward", "unseen reward", "seen steps",
-            "unseen steps", "seen invalid", "unseen invalid", "prompt tok/step", "seen n", "unseen n"]
-    return markdown_table(list(rows.values()), cols)
+    found = {r["split"] for r in store.evaluation_rows(benchmark)}
+    splits = [s for s in ("seen", "unseen") if s in found or not found] + sorted(found - {"seen", "unseen"})
+    cols = ["checkpoint"] + [f"{s} {what}" for what in ("success", "reward", "steps", "invalid") for s in splits]
+    return markdown_table(list(rows.values()), cols + ["prompt tok/step"] + [f"{s} n" for s in splits])
 
 
 def paper_table(store: Store, *, iteration: int | None = None, metric: str = "success_rate") -> str:

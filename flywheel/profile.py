@@ -44,12 +44,12 @@ from flywheel.settings import (
     DEFAULT_LOOP_CRON,
     DEFAULT_MAX_ITERATION,
     DEFAULT_RUNS_DIR,
+    PROFILE_ENV,  # noqa: F401  (re-exported: flywheel.profile.PROFILE_ENV)
     REPO_ROOT,
     SMOLLM2_DIR,
 )
 from flywheel.validation import ConfigurationError
 
-PROFILE_ENV = "FLYWHEEL_PROFILE"
 SECTIONS = ("envs", "policy", "loop", "curriculum", "teacher", "method")
 # The names `policy_backend` takes, checked without importing the resources (they import torch).
 POLICY_BACKENDS = ("transformers", "vllm", "openai")

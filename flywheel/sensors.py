@@ -14,7 +14,9 @@ Both evaluate the same `evaluate_loop`, per benchmark:
 
 The cursor of the sensor holds the latest state per benchmark (shown in the UI), the run
 tags say why each run was started, and `iterations` keeps the whole history. A stop at
-the budget is reopened when K is raised.
+the budget is reopened when K is raised. A sensor preview (the UI's "Preview tick result", a
+dry run: no `last_sensor_start_time`, which the daemon always passes) shows the same result and
+writes nothing: no decision, no claim, no freed slot.
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ def _facts(db: Store, benchmark: str, k: int, rows: dict[int, dict[str, Any]], c
 
 
 def _benchmark_tick(instance: dg.DagsterInstance, db: Store, rules: StopRules, benchmark: str, trigger: str,
-                    tick: LoopTick, *, continue_on_empty_gate: bool = False) -> None:
+                    tick: LoopTick, *, continue_on_empty_gate: bool = False, dry_run: bool = False) -> None:
     def state(name: str, k: int | None, reason: str) -> None:
         tick.status[benchmark] = {"state": name, "iteration": k, "reason": reason}
 
@@ -118,7 +120,7 @@ def _benchmark_tick(instance: dg.DagsterInstance, db: Store, rules: StopRules, b
         return state("not_bootstrapped", None, "synthetic_curriculum not materialized: run bootstrap_job")
     if not _started(instance, db, benchmark, 0):
         run_key = f"flywheel:{benchmark}:0:curriculum@{curriculum.storage_id}"
-        if not db.claim_start(benchmark, run_key, trigger):
+        if not dry_run and not db.claim_start(benchmark, run_key, trigger):
             return state("waiting", 0, f"iteration 0 already requested ({run_key}); no checkpoint yet: see that run")
         tick.run_requests.append(_request(benchmark, 0, run_key, trigger, None, None))
         return state("launched", 0, "bootstrap complete: starting iteration 0")
@@ -129,7 +131,8 @@ def _benchmark_tick(instance: dg.DagsterInstance, db: Store, rules: StopRules, b
         row = rows.get(k) or {}
         decided = row.get("decision")
         if decided == "stop" and str(row.get("reason", "")).startswith("budget") and k < rules.max_iteration:
-            db.clear_decision(benchmark, k)  # K was raised since: decide again
+            if not dry_run:
+                db.clear_decision(benchmark, k)  # K was raised since: decide again
             decided = None
         if decided == "continue":
             if not _started(instance, db, benchmark, k + 1):
@@ -159,7 +162,7 @@ def _benchmark_tick(instance: dg.DagsterInstance, db: Store, rules: StopRules, b
         cur = history[-1]
         ckpt = db.latest_checkpoint(benchmark, k) or {}
         run_key = f"flywheel:{benchmark}:{k + 1}:gate@{gate['created_at'].isoformat()}" if gate else None
-        claimed = db.claim_decision(benchmark, k, {
+        claimed = dry_run or db.claim_decision(benchmark, k, {
             "checkpoint_id": ckpt.get("checkpoint_id"), "train_trajectories": ckpt.get("n_trajectories"),
             "seen_success": cur.seen_success, "unseen_success": cur.unseen_success, "gate_check_passed": bool(passed),
             "decision": decision.action, "reason": decision.reason, "decided_by": trigger,
@@ -174,13 +177,15 @@ def _benchmark_tick(instance: dg.DagsterInstance, db: Store, rules: StopRules, b
 
 
 def evaluate_loop(instance: dg.DagsterInstance, db: Store, loop: LoopResource, *, trigger: str,
-                  partitions: Partitions = DEFAULT_PARTITIONS) -> LoopTick:
-    """One tick of the loop over the configured benchmarks (default: every benchmark partition)."""
+                  partitions: Partitions = DEFAULT_PARTITIONS, dry_run: bool = False) -> LoopTick:
+    """One tick of the loop over the configured benchmarks (default: every benchmark partition);
+    `dry_run`: the same result, nothing written to the store."""
     # a bad config (K beyond the partitions, a loop benchmark that is no partition) fails the tick loudly
     rules = loop.stop_rules(max_partition=partitions.max_iteration, partitions=partitions.benchmarks)
     tick = LoopTick()
     for benchmark in loop.benchmarks or sorted(partitions.benchmarks):
-        _benchmark_tick(instance, db, rules, benchmark, trigger, tick, continue_on_empty_gate=loop.continue_on_empty_gate)
+        _benchmark_tick(instance, db, rules, benchmark, trigger, tick, continue_on_empty_gate=loop.continue_on_empty_gate,
+                         dry_run=dry_run)
     return tick
 
 
@@ -198,8 +203,11 @@ def loop_automation(
         "materialized; stops at K or when the gated dataset / seen success stop improving (see `iterations`).",
     )
     def flywheel_sensor(context: dg.SensorEvaluationContext, store: StoreResource, loop: LoopResource) -> dg.SensorResult:
-        free_dead_slots(context.instance, context.log)
-        tick = evaluate_loop(context.instance, store.get(), loop, trigger="sensor", partitions=partitions)
+        dry_run = context.last_sensor_start_time is None  # a preview: the daemon's ticks always pass it
+        if not dry_run:
+            free_dead_slots(context.instance, context.log)
+        tick = evaluate_loop(context.instance, store.get(), loop, trigger="sensor", partitions=partitions,
+                             dry_run=dry_run)
         if tick.run_requests:
             return dg.SensorResult(run_requests=tick.run_requests, cursor=tick.cursor())
         return dg.SensorResult(skip_reason=tick.summary(), cursor=tick.cursor())

@@ -16,3 +16,5 @@ SMOLLM2_DIR = REPO_ROOT / ".cache" / "models" / "smollm2-135m"
 # Iteration partitions 0..3 and the cadence of flywheel_schedule, unless a profile sets `max_iteration`, `loop_cron`.
 DEFAULT_MAX_ITERATION = 3
 DEFAULT_LOOP_CRON = "*/30 * * * *"
+# The environment variable naming the profile (read by flywheel/profile.py's callers, not here).
+PROFILE_ENV = "FLYWHEEL_PROFILE"

@@ -79,11 +79,26 @@ CREATE TABLE IF NOT EXISTS training_examples (
     PRIMARY KEY (checkpoint_id, position));
 """
 
+
+def _wilson_sql(s: str, n: str, z: float = 1.959963984540054) -> str:
+    """`ci_low, ci_high`: the 95% Wilson interval of s successes in n (flywheel.quality.wilson_interval), NULL when n = 0."""
+    p, zz = f"(({s})::DOUBLE / ({n}))", z * z
+    centre = f"(({p} + {zz} / (2 * ({n}))) / (1 + {zz} / ({n})))"
+    half = f"({z} * sqrt({p} * (1 - {p}) / ({n}) + {zz} / (4 * ({n}) * ({n}))) / (1 + {zz} / ({n})))"
+    return (f"CASE WHEN ({n}) > 0 THEN CASE WHEN ({s}) <= 0 THEN 0.0 ELSE round(greatest(0.0, {centre} - {half}), 4) END "
+            f"END AS ci_low, CASE WHEN ({n}) > 0 THEN CASE WHEN ({s}) >= ({n}) THEN 1.0 "
+            f"ELSE round(least(1.0, {centre} + {half}), 4) END END AS ci_high")
+
+
 # Views for the common questions (README "Querying the store"). Re-created on every open; a view
-# whose table does not exist yet (eval_buckets: created by the first evaluation) is skipped.
+# whose table does not exist yet (eval_buckets: created by the first evaluation) is skipped. A rate
+# over no episode is NULL, not 0.
+_SUCCESSES = "round(success_rate * episodes)::BIGINT"
 VIEWS = {
-    "success_by_iteration": """
-        SELECT benchmark, iteration, split, checkpoint_id, episodes, errored, round(success_rate, 4) AS success_rate,
+    "success_by_iteration": f"""
+        SELECT benchmark, iteration, split, checkpoint_id, episodes, errored, {_SUCCESSES} AS successes,
+               CASE WHEN episodes > 0 THEN round(success_rate, 4) END AS success_rate,
+               {_wilson_sql(_SUCCESSES, "episodes")},
                round(avg_reward, 4) AS avg_reward, round(mean_steps, 2) AS mean_steps,
                round(tokens_per_step, 1) AS tokens_per_step, round(invalid_action_rate, 4) AS invalid_action_rate
         FROM evaluations ORDER BY benchmark, iteration, split""",
@@ -93,8 +108,9 @@ VIEWS = {
                round(avg(reward), 4) AS avg_reward
         FROM trajectories WHERE source = 'policy' AND status = 'ok'
         GROUP BY benchmark, split, iteration, task_id ORDER BY benchmark, split, iteration, task_id""",
-    "success_by_bucket": """
-        SELECT benchmark, iteration, split, bucket, lo, hi, episodes, successes, round(success_rate, 4) AS success_rate
+    "success_by_bucket": f"""
+        SELECT benchmark, iteration, split, bucket, lo, hi, episodes, successes,
+               CASE WHEN episodes > 0 THEN round(success_rate, 4) END AS success_rate, {_wilson_sql("successes", "episodes")}
         FROM eval_buckets ORDER BY benchmark, iteration, split, lo NULLS FIRST""",
     "gated_growth": """
         SELECT benchmark, iteration, candidates, passed AS new_unique_successes,

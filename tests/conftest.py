@@ -2,9 +2,11 @@
 
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
+import pytest
 import torch
 
 # Tests run tiny models beside JVMs on a 2-core machine: one torch thread avoids
@@ -19,3 +21,18 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 _HOME = Path(tempfile.mkdtemp(prefix=f"flywheel-dagster-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-"))
 shutil.copy(Path(__file__).resolve().parents[1] / "dagster.yaml", _HOME / "dagster.yaml")
 os.environ["DAGSTER_HOME"] = str(_HOME)
+
+_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+
+
+@pytest.fixture(autouse=True)
+def _signal_state_restored():
+    """Each test leaves the worker's signal dispositions and mask as it found them. Dagster's in-process
+    execution copies SIGINT's handler onto SIGTERM and leaves it there: under a launcher that ignores
+    SIGINT (a background job of a non-interactive shell) every later helper inherited an ignored SIGTERM."""
+    handlers, mask = [signal.getsignal(s) for s in _SIGNALS], signal.pthread_sigmask(signal.SIG_BLOCK, ())
+    yield
+    for sig, handler in zip(_SIGNALS, handlers, strict=True):
+        if handler is not None:  # None: set outside Python, left alone
+            signal.signal(sig, handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)

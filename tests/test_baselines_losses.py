@@ -62,13 +62,14 @@ def test_make_pairs_prefers_expert_and_pairs_failures_of_the_same_task():
     assert all(not p.rejected.success for p in pairs)  # task c has no chosen: no pair
 
 
-def test_dpo_raises_chosen_over_rejected(tiny, tmp_path):
+def test_dpo_raises_chosen_over_rejected(tiny, tmp_path, capsys):
     chosen = _traj("t", ["search[red shoes]", "click[b01]", "buy now"], reward=1.0, source="teacher")
     rejected = _traj("t", ["click[next >]", "click[< prev]", "search[blue hat]"], reward=0.0)
     before = _agent_logp(tiny, chosen) - _agent_logp(tiny, rejected)
     res = train_dpo(tiny, [Pair("t", chosen, rejected)], INSTRUCTIONS, tmp_path / "dpo",
                     DPOSettings(beta=0.1, learning_rate=1e-3, max_steps=4, batch_size=1, bf16=False))
     assert res.n_pairs == 1 and res.steps == 4
+    assert "'loss'" not in capsys.readouterr().out  # the Trainer's log dicts go to the log, not stdout
     after_chosen, after_rejected = _agent_logp(res.path, chosen), _agent_logp(res.path, rejected)
     assert after_chosen - after_rejected > before + 1.0  # the preference margin grew
     assert after_chosen > _agent_logp(tiny, chosen)  # and the chosen answers got likelier

@@ -269,3 +269,31 @@ def test_each_arm_stops_the_servers_it_kept_warm(tmp_path):
     for arm, n in (("zero-shot", 3), ("again", 2)):
         [row] = Store(tmp_path / "runs" / arm / "flywheel.duckdb").evaluation_rows("webshop")
         assert (row["episodes"], row["errored"]) == (n, 0)  # played through the server
+
+
+def test_plots_name_the_experiment_and_n_use_integer_ticks_and_skip_empty_ones(tmp_path, monkeypatch):
+    import flywheel.experiment as ex
+
+    seen = {}
+    finish = ex._finish
+
+    def spy(plt, fig, ax, path, ylabel, title, iterations):
+        labels = ax.get_legend_handles_labels()[1]
+        name = finish(plt, fig, ax, path, ylabel, title, iterations)
+        seen[path.name] = (title, [float(t) for t in ax.get_xticks()], labels)
+        return name
+
+    monkeypatch.setattr(ex, "_finish", spy)
+    rate = {"n": 10, "successes": 5, "rate": 0.5, "ci_low": 0.24, "ci_high": 0.76}
+    results = {"preset": "mini", "iterations": 2, "arms": {
+        "bpo": {"splits": ["seen"], "per_k": [{"k": 0, "splits": {"seen": rate}}, {"k": 1, "splits": {}}]},
+        "idle": {"splits": ["seen"], "per_k": [{"k": 0, "splits": {}}]},  # evaluated nothing: not in the legend
+        "skipped": {"status": "not run", "splits": [], "per_k": []}}}
+    (tmp_path / "gate_by_k.png").write_bytes(b"stale")
+    written = ex.render_plots(results, tmp_path)
+    assert written == ["success_by_k.png"]  # no gate and no rollouts recorded: those plots are not written
+    assert not (tmp_path / "gate_by_k.png").exists() and not (tmp_path / "rollout_pass_by_k.png").exists()
+    title, ticks, labels = seen["success_by_k.png"]
+    assert title.startswith("mini:") and ticks == [0.0, 1.0, 2.0] and labels == ["bpo seen (n=10)"]
+    nothing = {**results, "arms": {"skipped": results["arms"]["skipped"]}}
+    assert ex.render_plots(nothing, tmp_path) == [] and not (tmp_path / "success_by_k.png").exists()

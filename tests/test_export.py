@@ -60,6 +60,20 @@ def test_export_round_trips_through_jsonl_and_load_from_disk(store, tmp_path, ca
     assert "b-k0-x" in card and "sft_k0" in capsys.readouterr().out
 
 
+def test_the_sft_card_says_which_pairs_were_never_trained(store, tmp_path):
+    runs, db, seeds, _, examples = store
+    for k, never in ((1, 2), (2, 0)):
+        db.record_checkpoint({"checkpoint_id": f"b-k{k}-x", "benchmark": "b", "iteration": k, "path": "/nowhere",
+                              "n_examples": len(examples), "train_loss": 1.0, "lineage": {"examples_never_trained": never}})
+        db.write_training_examples(f"b-k{k}-x", "b", k, [{**ex, "traj_id": "x", "kept": True} for ex in examples])
+    assert main(["export", "--runs-dir", str(runs), "--out", str(tmp_path / "out"), "--benchmark", "b"]) == 0
+    cards = {k: " ".join((tmp_path / "out" / "b" / "hf" / f"sft_k{k}" / "README.md").read_text().split()) for k in range(3)}
+    n = len(examples)
+    assert f"Only the first {n - 2} were trained on" in cards[1] and f"the last 2 of these {n}" in cards[1]
+    assert "The exact (prompt, completion) pairs checkpoint `b-k2-x` trained on" in cards[2]
+    assert "does not record whether" in cards[0] and "trained on," not in cards[0]  # an older store: no claim
+
+
 def test_views_answer_the_common_questions(store):
     _, db, _, passed, _ = store
     growth = db.query("SELECT * FROM gated_growth").row(0, named=True)
@@ -82,6 +96,22 @@ def test_report_never_creates_a_store_and_warns_when_empty(tmp_path, monkeypatch
     assert not (tmp_path / "runs" / "demo").exists()
 
 
+def test_report_reads_the_profiles_benchmark_says_which_and_gives_intervals(tmp_path, monkeypatch, capsys):
+    (tmp_path / "profile.yaml").write_text(f"runs_dir: {tmp_path / 'runs'}\nbenchmarks: [webshop]\n")
+    monkeypatch.setenv("FLYWHEEL_PROFILE", str(tmp_path / "profile.yaml"))
+    db = Store(tmp_path / "runs" / "flywheel.duckdb")
+    db.write_evaluation({"benchmark": "scienceworld", "iteration": 0, "split": "seen", "checkpoint_id": "s0",
+                         "episodes": 4, "success_rate": 0.5})
+    assert main(["report"]) == 1  # the profile's benchmark has no evaluation: said, not an empty table
+    assert "webshop: no evaluation" in capsys.readouterr().err
+    db.write_evaluation({"benchmark": "webshop", "iteration": 0, "split": "unseen", "checkpoint_id": "w0",
+                         "episodes": 10, "success_rate": 0.5})
+    assert main(["report"]) == 0
+    out, err = capsys.readouterr()
+    assert "benchmark: webshop (the profile's" in err
+    assert "50.0 [23.7, 76.3] (5/10)" in out
+
+
 def test_every_option_has_help_and_shows_its_default():
     parser = build_parser()
     sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
@@ -102,3 +132,12 @@ def test_missing_model_hint_is_a_valid_command(tmp_path):
     hint = str(err.value).split("`python -m flywheel.cli ")[1].split("`")[0].replace("PATH", str(tmp_path / "m"))
     args = build_parser().parse_args(hint.split())  # the parser accepts the hint as written
     assert args.tiny and args.out == str(tmp_path / "m")
+
+
+def test_paper_without_stores_says_where_it_looked(tmp_path, monkeypatch, capsys):
+    (tmp_path / "profile.yaml").write_text(f"runs_dir: {tmp_path / 'runs'}\n")
+    monkeypatch.setenv("FLYWHEEL_PROFILE", str(tmp_path / "profile.yaml"))
+    assert main(["paper", "cpu-scienceworld-quick", "--results-dir", str(tmp_path / "paper")]) == 2
+    err = capsys.readouterr().err
+    assert "no experiment store found" in err and str(tmp_path / "runs" / "experiments" / "cpu-scienceworld-quick") in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "paper").exists()

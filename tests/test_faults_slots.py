@@ -96,7 +96,7 @@ def test_sft_after_a_sigkilled_sft_proceeds(tmp_path, freed_by):
 
         flywheel_sensor, _ = loop_automation()  # the defaults' sensor (every benchmark partition)
 
-        with dg.build_sensor_context(instance=instance, resources={
+        with dg.build_sensor_context(instance=instance, last_sensor_start_time=time.time(), resources={
                 "store": StoreResource(path=str(tmp_path / "fw.duckdb")), "loop": LoopResource()}) as ctx:
             flywheel_sensor(ctx)
         assert instance.event_log_storage.get_concurrency_info("accelerator").claimed_slots == []

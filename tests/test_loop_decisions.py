@@ -4,6 +4,7 @@ loop in seconds, no env, no model.
 The real two-iteration run is tests/test_loop_sensor.py."""
 
 import json
+import time
 from contextlib import contextmanager
 
 import dagster as dg
@@ -36,7 +37,8 @@ def resources(path, **loop):
 
 
 def sensor(instance, path, cursor=None, **loop):
-    with dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources(path, **loop)) as ctx:
+    with dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources(path, **loop),
+                                 last_sensor_start_time=time.time()) as ctx:  # a real tick, not a preview
         return flywheel_sensor(ctx)
 
 
@@ -111,6 +113,29 @@ def test_sensor_walks_the_loop_and_records_each_decision(tmp_path):
         assert rows == [(0, "continue", "sensor"), (1, "stop", "schedule")]
         r = sensor(instance, path, max_iterations=2, patience=1)  # the sensor reads the same decision
         assert not r.run_requests and json.loads(r.cursor)[B]["state"] == "stopped"
+
+
+def test_a_preview_shows_the_tick_and_writes_nothing(tmp_path):
+    """The UI's "Preview tick result" evaluates the sensor without `last_sensor_start_time`."""
+    def preview(**loop):
+        with dg.build_sensor_context(instance=instance, resources=resources(path, **loop)) as ctx:
+            return flywheel_sensor(ctx)
+
+    with world(tmp_path) as (instance, db, path):
+        bootstrap(instance)
+        [req] = preview(max_iterations=2).run_requests
+        assert req.partition_key == "scienceworld|0"
+        assert [req.run_key] == [q.run_key for q in sensor(instance, path, max_iterations=2).run_requests]  # not claimed
+        start(db, 0)
+        finish(instance, db, 0)
+        before = db.iterations(B).rows()
+        r = preview(max_iterations=0)  # would stop at the budget
+        assert "reached the iteration budget K=0" in r.skip_reason.skip_message
+        assert db.iterations(B).rows() == before  # no decision recorded
+        [req] = preview(max_iterations=2).run_requests  # would continue
+        assert req.partition_key == "scienceworld|1" and db.iterations(B).rows() == before
+        [req] = sensor(instance, path, max_iterations=2).run_requests  # a real tick records it
+        assert db.iterations(B).row(0, named=True)["decision"] == "continue"
 
 
 def test_budget_stop_reopens_when_k_is_raised(tmp_path):

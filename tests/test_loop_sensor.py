@@ -9,6 +9,7 @@ rollout budget on the unsolved one (adaptive sampling).
 """
 
 import json
+import time
 
 import dagster as dg
 import pytest
@@ -54,7 +55,8 @@ def test_two_iterations_driven_by_the_sensor(tmp_path, tiny):
 
         cursor, runs = None, []
         for _ in range(4):  # K=1 needs 3 ticks: start 0, continue to 1, stop
-            with dg.build_sensor_context(instance=instance, cursor=cursor, resources=sensor_res) as ctx:
+            with dg.build_sensor_context(instance=instance, cursor=cursor, resources=sensor_res,
+                                         last_sensor_start_time=time.time()) as ctx:
                 tick = flywheel_sensor(ctx)
             cursor = tick.cursor
             if not tick.run_requests:

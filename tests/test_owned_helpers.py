@@ -2,36 +2,42 @@
 
 A spec defined here by reference (a tiny benchmark whose gold paths "need" a helper process, as
 ScienceWorld's need a JVM) stands in for the real ones, so the lifetime is tested without Java.
+Every test runs under a parent with default signals, one that blocks SIGTERM and one that ignores it
+(children inherit both across `exec`): helpers must still start clean and be stopped.
 """
 
 from __future__ import annotations
 
 import gc
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
 
 import dagster as dg
 import psutil
+import pytest
 
 from envs import configure_spec
 from envs.base import Task
-from envs.owned import OwnedProcess
+from envs.owned import OwnedProcess, clean_signals, stop_process
 from flywheel.resources.envs import EnvResource
+from tests.signal_support import PARENTS, parent_sigterm, sigterm_state
 from tests.tinybench import TinySpec
 
 
-def _sleeper() -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+@pytest.fixture(autouse=True, params=PARENTS)
+def parent(request):
+    with parent_sigterm(request.param):
+        yield request.param
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    proc.wait(timeout=10)
+def _sleeper(code: str = "import time; time.sleep(600)") -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code], preexec_fn=clean_signals)
 
 
 def _helper() -> OwnedProcess[subprocess.Popen]:
-    return OwnedProcess(_sleeper, close=_stop, alive=lambda p: p.poll() is None)
+    return OwnedProcess(_sleeper, close=stop_process, alive=lambda p: p.poll() is None)
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,22 @@ def test_owned_process_starts_once_restarts_a_dead_one_and_closes():
     owned.close()
     owned.close()  # idempotent
     assert not owned.running and _gone(second.pid)
+
+
+def test_a_helper_starts_with_sigterm_neither_blocked_nor_ignored():
+    owned = _helper()
+    with owned.use() as proc:
+        assert sigterm_state(proc.pid) == (False, False)
+    owned.close()
+    assert _gone(proc.pid)
+
+
+def test_stopping_a_helper_that_ignores_sigterm_escalates_to_sigkill():
+    code = "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(600)"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, preexec_fn=clean_signals)
+    proc.stdout.readline()  # its handler is set
+    stop_process(proc, grace_s=0.5)  # does not raise
+    assert proc.returncode == -signal.SIGKILL
 
 
 def test_an_unclosed_helper_ends_when_its_owner_is_collected():

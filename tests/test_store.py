@@ -203,3 +203,22 @@ def test_gated_growth_benchmarks_and_teacher_models(tmp_path):
     db.cache_put("k2", "teacher-a", "answer")
     db.cache_put("k3", "teacher-b", "answer")
     assert db.teacher_models() == ["teacher-a", "teacher-b"]
+
+
+def test_success_views_count_successes_give_wilson_intervals_and_null_for_no_episode(tmp_path):
+    from flywheel.curriculum.tables import write_eval_buckets
+    from flywheel.quality import wilson_interval
+
+    db = Store(tmp_path / "s.duckdb")
+    for k, (rate, n) in enumerate([(0.5, 10), (0.0, 0), (1.0, 4)]):
+        db.write_evaluation({"benchmark": "b", "iteration": k, "split": "seen", "checkpoint_id": f"c{k}",
+                             "episodes": n, "success_rate": rate})
+    rows = db.query("SELECT successes, success_rate, ci_low, ci_high FROM success_by_iteration").rows()
+    lo, hi = wilson_interval(5, 10)
+    assert rows == [(5, 0.5, round(lo, 4), round(hi, 4)), (0, None, None, None), (4, 1.0, round(wilson_interval(4, 4)[0], 4), 1.0)]
+    write_eval_buckets(db, "b", 0, "seen", [
+        {"bucket": "easy", "lo": None, "hi": 5.0, "episodes": 0, "successes": 0, "success_rate": 0.0, "mean_gold_length": 1.0},
+        {"bucket": "hard", "lo": 5.0, "hi": None, "episodes": 3, "successes": 0, "success_rate": 0.0, "mean_gold_length": 9.0}], "c0")
+    db = Store(tmp_path / "s.duckdb")  # views are made on open: now over eval_buckets too
+    buckets = db.query("SELECT bucket, success_rate, ci_low, ci_high FROM success_by_bucket").rows()
+    assert buckets == [("easy", None, None, None), ("hard", 0.0, 0.0, round(wilson_interval(0, 3)[1], 4))]

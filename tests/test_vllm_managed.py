@@ -29,6 +29,7 @@ from flywheel.policy.vllm_server import (
 from flywheel.resources import ManagedVLLMPolicy, TransformersPolicy, make_policy
 from flywheel.rollout import RolloutConfig, run_rollouts
 from tests.fakes import CounterEnv, counter_task
+from tests.signal_support import PARENTS
 
 STUB = str(Path(__file__).with_name("vllm_stub_server.py"))
 GOOD = "Thought: count up.\nPlan: increment.\nAction: inc"
@@ -241,8 +242,10 @@ def test_make_policy_picks_the_backend_and_drops_the_other_backends_fields(tmp_p
         make_policy("vllm", samples_per_tsk=2)
 
 
-def test_server_dies_with_a_killed_parent(tmp_path, stub_cfg):
-    """SIGKILL of the flywheel process runs no finalizer: the kernel's parent-death signal ends the server."""
+@pytest.mark.parametrize("parent", PARENTS)
+def test_server_dies_with_a_killed_parent(tmp_path, stub_cfg, parent):
+    """SIGKILL of the flywheel process runs no finalizer: the watchdog ends the server, whatever the
+    parent's SIGTERM state (a blocked or ignored SIGTERM is inherited across exec)."""
     import os
     import signal
     import time
@@ -252,11 +255,13 @@ def test_server_dies_with_a_killed_parent(tmp_path, stub_cfg):
     script = textwrap.dedent(f"""
         import time
         from flywheel.policy.vllm_server import VLLMServer, VLLMServerConfig
+        from tests.signal_support import parent_sigterm
         server = VLLMServer(VLLMServerConfig(command=({sys.executable!r}, {STUB!r}), log_dir={str(tmp_path / 'v')!r},
-                                             cache_dir={str(tmp_path / 'c')!r}, start_timeout_s=30))
-        server.ensure({str(k0)!r})
-        print(server.pid, flush=True)
-        time.sleep(60)
+                                             cache_dir={str(tmp_path / 'c')!r}, start_timeout_s=30, stop_timeout_s=2))
+        with parent_sigterm({parent!r}):
+            server.ensure({str(k0)!r})
+            print(server.pid, flush=True)
+            time.sleep(60)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
                             cwd=Path(__file__).resolve().parents[1])

@@ -21,6 +21,7 @@ from typing import Any
 import psutil
 
 from envs.base import EnvError
+from envs.owned import clean_signals
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -222,6 +223,7 @@ class WorkerClient:
             stdout=subprocess.PIPE,
             env=env,
             cwd=str(REPO_ROOT),
+            preexec_fn=clean_signals,
         )
         self.episodes = 0
         return self._proc

@@ -7,8 +7,8 @@ count, so observation/score/done/completion are identical (tested) at a fraction
 Valid actions are computed on demand by `valid_actions()`.
 
 Why our own launcher: the package's constructor passes no Java options, so each env got a
-2+ GB default heap. py4j's `launch_gateway` takes `javaopts`; we pass `-Xmx512m` and the serial
-GC by default (peak ~480 MB RSS per env on a mixed workload, vs ~2.5 GB).
+2+ GB default heap. We start the JVM as py4j's `launch_gateway` does, with a clean signal state,
+and pass `-Xmx512m` and the serial GC by default (peak ~480 MB RSS per env on a mixed workload, vs ~2.5 GB).
 
 Why `deterministic` (default): the stock engine is not a function of the action sequence.
 Object lists iterate in identity-hash order and bees, wandering animals and referent choice use
@@ -30,18 +30,19 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import psutil
-from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
+from py4j.java_gateway import GatewayParameters, JavaGateway, OutputConsumer, find_jar_path
 from py4j.protocol import Py4JError
 from scienceworld import ScienceWorldEnv as _PackageEnv
 from scienceworld.constants import BASEPATH, JAR_PATH
 
 from envs.base import EnvError, StepResult, Task
-from envs.owned import OwnedProcess
+from envs.owned import OwnedProcess, clean_signals
 from envs.scienceworld.shortcut import allows_teleport, teleport_shortcut
 from envs.scienceworld.tasks import DEFAULT_SIMPLIFICATION, resolve_task_name
 
@@ -92,6 +93,17 @@ def find_java(java_path: str | None = None) -> str:
     raise EnvError(INSTALL_JAVA + (f" (looked for {java_path!r})" if java_path else ""))
 
 
+def launch_jvm(java: str, java_opts: Sequence[str]) -> tuple[int, subprocess.Popen]:
+    """py4j's `launch_gateway`, with a clean signal state (it takes no `preexec_fn`): (port, process)."""
+    classpath = os.pathsep.join((find_jar_path(), JAR_PATH))
+    command = [java, "-classpath", classpath, *java_opts, "py4j.GatewayServer", "--die-on-broken-pipe", "0"]
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            cwd=BASEPATH, preexec_fn=clean_signals)
+    port = int(proc.stdout.readline())  # ValueError when java exits at once (a bad option)
+    OutputConsumer(open(os.devnull, "w"), proc.stdout, daemon=True).start()  # drained, as py4j does
+    return port, proc
+
+
 class _LaunchedPackageEnv(_PackageEnv):
     """The package's own env class (its `step`/`reset` are the stock path), started with our JVM options.
 
@@ -101,10 +113,7 @@ class _LaunchedPackageEnv(_PackageEnv):
 
     def __init__(self, java: str, java_opts: Sequence[str], step_limit: int) -> None:
         self._gateway = None
-        port, proc = launch_gateway(
-            classpath=JAR_PATH, die_on_exit=True, cwd=BASEPATH, return_proc=True,
-            javaopts=list(java_opts), java_path=java,
-        )
+        port, proc = launch_jvm(java, java_opts)
         self._gateway = JavaGateway(gateway_parameters=GatewayParameters(auto_field=True, port=port), java_process=proc)
         self.server = self._gateway.jvm.scienceworld.runtime.pythonapi.PythonInterface()
         self.lastStepScore = 0

@@ -144,7 +144,8 @@ def sft_checkpoint(
                                        * result.world_size / max(result.n_examples, 1)),
                "train_seconds": round(time.monotonic() - started, 1),
                # Equal weights, equal hash: arms that share this k=0 across machines check it (flywheel.provenance).
-               "weights_sha256": weights_sha256(result.path)}
+               "weights_sha256": weights_sha256(result.path),
+               "examples_never_trained": examples_never_trained(result.n_examples, cfg, result.world_size)}
     db.record_checkpoint({
         "checkpoint_id": checkpoint_id, "benchmark": benchmark, "iteration": k, "path": result.path,
         "base_model": start_model, "n_examples": result.n_examples, "n_trajectories": len(trajs),
@@ -156,7 +157,7 @@ def sft_checkpoint(
     db.write_training_examples(checkpoint_id, benchmark, k, [
         {**ex, "traj_id": tid, "kept": i not in dropped}
         for i, (ex, tid) in enumerate(zip(examples, traj_ids, strict=True))])
-    never = examples_never_trained(result.n_examples, cfg, result.world_size)
+    never = lineage["examples_never_trained"]
     if never:
         context.log.warning(
             f"sft_checkpoint {benchmark}|{k}: the curriculum walks the {result.n_examples} examples easy to hard and "

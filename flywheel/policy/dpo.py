@@ -193,7 +193,13 @@ def train_dpo(
     from trl import DPOConfig
 
     from flywheel.policy.models import load_tokenizer, require_model
-    from flywheel.policy.training import _ProgressCallback, cpu_has_bf16, keep_fitting, unpublished_dirs
+    from flywheel.policy.training import (
+        _ProgressCallback,
+        cpu_has_bf16,
+        keep_fitting,
+        quiet,
+        unpublished_dirs,
+    )
 
     if not pairs:
         raise ValueError("no preference pairs: every task needs a chosen and a failed trajectory")
@@ -217,7 +223,7 @@ def train_dpo(
         model=str(start), args=args, train_dataset=Dataset.from_list(kept), processing_class=tok,
         data_collator=_collator_class()(pad_token_id=tok.pad_token_id), callbacks=[_ProgressCallback(progress)],
     )
-    result = trainer.train()
+    result = quiet(trainer).train()
     trainer.model.save_pretrained(work / "model")
     tok.padding_side = "left"
     tok.save_pretrained(work / "model")

@@ -224,7 +224,7 @@ def train_sft(
         model=str(base), args=args, train_dataset=dataset, processing_class=tok, peft_config=peft_config,
         callbacks=[_ProgressCallback(progress)],
     )
-    result = trainer.train()
+    result = quiet(trainer).train()
     model = trainer.model
     if cfg.lora:
         model = model.merge_and_unload()
@@ -240,6 +240,15 @@ def train_sft(
         dropped=tuple(i for i, ok in enumerate(fits) if not ok), world_size=int(trainer.args.world_size),
         tokens_per_pass=sum(n for n, ok in zip(lengths, fits, strict=True) if ok),
     )
+
+
+def quiet(trainer):
+    """No `{'loss': ...}` dicts on stdout: with `disable_tqdm` the HF Trainer prints every log through its
+    PrinterCallback; the loss goes to `progress` (the run log) through _ProgressCallback instead."""
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
+    return trainer
 
 
 def _InOrderSFTTrainer():

@@ -18,7 +18,8 @@ on a free port of 127.0.0.1, waits for `/health`, and serves one checkpoint at a
   prompt longer than `max_model_len`) fails its row at once: a retry cannot fix it.
 - **no server left behind**: `stop()` ends the server's whole process group (SIGTERM, then
   SIGKILL); a `weakref.finalize` does the same when the object is collected or at interpreter exit,
-  and the server gets SIGTERM from the kernel if the flywheel process dies without either (SIGKILL).
+  and a watchdog process does it if the flywheel process dies without either (SIGKILL). The server
+  starts with default signal dispositions and an empty mask, whatever the flywheel process had.
 
 Every start, swap and restart is recorded in `VLLMServer.events` with its wall time.
 """
@@ -32,6 +33,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -43,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from envs.owned import clean_signals
 from flywheel.policy.inference import (
     _ACTION_LINE,
     Generation,
@@ -161,21 +164,45 @@ def reload_compatible(a: str | Path, b: str | Path) -> tuple[bool, str]:
     return True, "same architecture and tokenizer"
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM it when the process that started it dies (even by SIGKILL,
-    when no finalizer runs). Linux only; elsewhere a no-op. (Strictly, when the starting *thread*
-    ends: a server started from a worker thread may be ended with it, and is then restarted as any
-    dead server is.)"""
+# Ends the server's process group (SIGTERM, then SIGKILL after a grace period) once the process that
+# started it is gone, even by SIGKILL: no finalizer runs then, and a parent-death signal could be
+# blocked or ignored by what the server inherited. argv: parent pid, group id, grace seconds.
+_WATCHDOG = """
+import os, signal, sys, time
+parent, pgid, grace = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+def gone():
     try:
-        import ctypes
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+while os.getppid() == parent:
+    time.sleep(0.2)
+for sig in (signal.SIGTERM, signal.SIGKILL):
+    if gone():
+        break
+    try:
+        os.killpg(pgid, sig)
+    except OSError:
+        break
+    end = time.monotonic() + grace
+    while not gone() and time.monotonic() < end:
+        time.sleep(0.1)
+"""
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+
+def _start_watchdog(pgid: int, grace_s: float) -> subprocess.Popen:
+    """A process in its own session that ends group `pgid` when this process dies (see _WATCHDOG)."""
+    return subprocess.Popen([sys.executable, "-S", "-c", _WATCHDOG, str(os.getpid()), str(pgid), str(grace_s)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=clean_signals)
 
 
-def _terminate_group(proc: subprocess.Popen, timeout: float) -> None:
+def _terminate_group(proc: subprocess.Popen, timeout: float, watchdog: subprocess.Popen | None = None) -> None:
     """SIGTERM the server's process group, SIGKILL what is left after `timeout` (engine workers too)."""
+    if watchdog is not None:
+        watchdog.kill()
+        watchdog.wait()
     for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
         try:
             os.killpg(proc.pid, sig)
@@ -237,6 +264,7 @@ class VLLMServer:
         self.model_dir: str | None = None
         self._lock = threading.RLock()
         self._finalizer: weakref.finalize | None = None
+        self._watchdog: subprocess.Popen | None = None
 
     # -- state ---------------------------------------------------------------------------
     @property
@@ -348,9 +376,10 @@ class VLLMServer:
             self.proc = subprocess.Popen(
                 argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self._env(),
                 start_new_session=True,  # its own process group: stop() ends the engine workers too
-                preexec_fn=_die_with_parent,
+                preexec_fn=clean_signals,  # SIGTERM can stop it whatever this process blocks or ignores
             )
-        self._finalizer = weakref.finalize(self, _terminate_group, self.proc, self.cfg.stop_timeout_s)
+        self._watchdog = _start_watchdog(self.proc.pid, self.cfg.stop_timeout_s)
+        self._finalizer = weakref.finalize(self, _terminate_group, self.proc, self.cfg.stop_timeout_s, self._watchdog)
         self.model_dir = model_dir
         deadline = t0 + self.cfg.start_timeout_s
         while True:
@@ -391,7 +420,8 @@ class VLLMServer:
 
     def _stop_locked(self) -> None:
         if self.proc is not None:
-            _terminate_group(self.proc, self.cfg.stop_timeout_s)
+            _terminate_group(self.proc, self.cfg.stop_timeout_s, self._watchdog)
+            self._watchdog = None
         if self._finalizer is not None:
             self._finalizer.detach()
             self._finalizer = None

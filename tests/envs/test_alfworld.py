@@ -32,6 +32,7 @@ from envs.alfworld.prompts import describe_action, normalize_action  # noqa: E40
 from envs.alfworld.tasks import TASK_TYPES, eto_unseen_ids, split_folder  # noqa: E402
 from envs.base import EnvError, Task  # noqa: E402
 from envs.data import MissingDataError  # noqa: E402
+from tests.signal_support import parent_sigterm, sigterm_state  # noqa: E402
 
 HEAT_GAME = "pick_heat_then_place_in_recep-Apple-None-GarbageCan-10/trial_T20190908_145143_820541"
 
@@ -350,6 +351,17 @@ def test_errors_unknown_game_dead_engine_and_close(root):
     assert environment.worker.pid is None
     with pytest.raises(RuntimeError):
         environment.step("look")
+
+
+@pytest.mark.parametrize("parent", ["blocked", "ignored"])
+def test_a_worker_started_by_a_parent_that_blocks_or_ignores_sigterm_starts_clean(parent):
+    worker = alf_worker.WorkerClient()
+    with parent_sigterm(parent):
+        worker.begin_episode()
+    try:
+        assert sigterm_state(worker.pid) == (False, False)
+    finally:
+        worker.stop()
 
 
 def test_worker_is_recycled():

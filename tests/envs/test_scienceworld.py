@@ -27,6 +27,7 @@ from envs.scienceworld import (
 )
 from envs.scienceworld.adapter import find_java
 from envs.scienceworld.tasks import resolve_task_name, task_names
+from tests.signal_support import parent_sigterm, sigterm_state
 
 # The engine's own gold path for freeze/19 ends at score 82 (the rubber catches fire), with the
 # package's stock path too; every other seen/unseen gold path reaches 100 (405 checked).
@@ -274,6 +275,16 @@ def test_one_jvm_per_env_with_capped_heap_and_rss(fast_env):
     assert "-Xmx512m" in cmdline and "-XX:+UseSerialGC" in cmdline
     rss = fast_env.jvm_rss_bytes()
     assert 50 * MB < rss < 600 * MB
+
+
+@pytest.mark.parametrize("parent", ["blocked", "ignored"])
+def test_a_jvm_started_by_a_parent_that_blocks_or_ignores_sigterm_starts_clean_and_closes(parent):
+    with parent_sigterm(parent):
+        env = ScienceWorldEnv()
+    pid = env.pid
+    assert sigterm_state(pid) == (False, False)
+    env.close()
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
 def test_spec_expert_actions_uses_given_path_or_engine():

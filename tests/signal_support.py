@@ -1,0 +1,32 @@
+"""A parent that blocks or ignores SIGTERM (as some launchers and CI runners do), for helper tests."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+PARENTS = ("default", "blocked", "ignored")
+
+
+@contextmanager
+def parent_sigterm(state: str) -> Iterator[None]:
+    """This thread's SIGTERM blocked, or the process's SIGTERM ignored, until the block ends."""
+    mask, handler = signal.pthread_sigmask(signal.SIG_BLOCK, ()), signal.getsignal(signal.SIGTERM)
+    if state == "blocked":
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    elif state == "ignored":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def sigterm_state(pid: int) -> tuple[bool, bool]:
+    """(blocked, ignored) for SIGTERM in process `pid`, from /proc."""
+    lines = open(f"/proc/{pid}/status").read().splitlines()
+    fields = dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+    bit = 1 << (signal.SIGTERM - 1)
+    return bool(int(fields["SigBlk"], 16) & bit), bool(int(fields["SigIgn"], 16) & bit)
