@@ -159,7 +159,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     validate_demo_args(args)  # first: before Dagster is even imported
     from flywheel.pipeline import GateBlocked, StageFailed, results_table, run_flywheel
     from flywheel.policy.models import require_model
-    from flywheel.store import Store
+    from flywheel.store import Store, check_store
+
+    check_store(Path(args.runs_dir) / "flywheel.duckdb")  # a damaged or newer store: refused, nothing written
 
     require_model(args.model)
     started = time.monotonic()
@@ -212,6 +214,9 @@ def _existing_store(args: argparse.Namespace) -> Path:
     candidates = [Path(args.runs_dir)] if args.runs_dir else [root / "demo", root]
     for folder in candidates:
         if (folder / "flywheel.duckdb").is_file():
+            from flywheel.store import check_store
+
+            check_store(folder / "flywheel.duckdb")  # read whole, read-only: a damaged store is refused here
             return folder / "flywheel.duckdb"
     raise ConfigurationError(
         f"no store (flywheel.duckdb) in {' or '.join(str(c) for c in candidates)}: run `make demo` or the Dagster "
@@ -245,6 +250,10 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     preset = load_preset(args.preset)  # a bad preset: one line naming the fix, exit 2 (see main)
     runs = Path(args.runs_dir) if args.runs_dir else profile_of(args).runs_path / "experiments" / preset.name
     results = Path(args.results_dir) if args.results_dir else RESULTS_DIR / preset.name
+    from flywheel.store import check_store
+
+    for arm in preset.arms:  # a damaged or newer store: refused before any arm runs or any report is written
+        check_store(runs / arm / "flywheel.duckdb")
     if args.report_only:
         data = write_report(preset, runs=runs, results=results)
     else:
@@ -397,7 +406,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _user_error(exc: Exception, kinds: tuple[type[Exception], ...]) -> bool:
     """A configuration or environment error the user fixes (shown as one line), not a bug (a traceback)."""
     slots = sys.modules.get("flywheel.slots")  # imported only by commands that use an instance
-    return isinstance(exc, kinds + ((slots.PoolBusyError,) if slots else ()))
+    store = sys.modules.get("flywheel.store")
+    return isinstance(exc, kinds + ((slots.PoolBusyError,) if slots else ())
+                      + ((store.ForeignStoreError, store.StoreBusyError) if store else ()))
 
 
 def main(argv: list[str] | None = None) -> int:

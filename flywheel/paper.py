@@ -30,7 +30,7 @@ from flywheel.experiment import RESULTS_DIR, Preset, load_preset
 from flywheel.methods import METHODS
 from flywheel.quality import paired_difference, wilson_interval
 from flywheel.settings import DEFAULT_RUNS_DIR
-from flywheel.store import Store
+from flywheel.store import Store, check_store
 from flywheel.validation import ConfigurationError
 
 NOTES = [
@@ -108,6 +108,7 @@ def collect(presets: list[tuple[Preset, Path]]) -> dict[str, Any]:
             entry = {"preset": preset.name, "arm": arm, "benchmark": preset.benchmark, "method": preset.method(arm),
                      "history_mode": sections.get("policy", {}).get("history_mode", "fused"), "checkpoints": {}}
             if db_path.exists():
+                check_store(db_path)  # read whole, read-only: a damaged store is refused before anything is written
                 entry["checkpoints"] = arm_checkpoints(Store(db_path), preset.benchmark)
             arms.append(entry)
     return {"arms": arms, "presets": [p.name for p, _ in presets]}
@@ -382,8 +383,8 @@ def write_paper(experiments: str | list[str], *, runs: Path | None = None, resul
         loaded.append((preset, r))
     results = results or (RESULTS_DIR / loaded[0][0].name / "paper" if len(names) == 1
                           else RESULTS_DIR / ("paper-" + "-".join(p.name for p, _ in loaded)))
+    data = collect(loaded)  # first: a damaged store is refused before the results folder is made
     results.mkdir(parents=True, exist_ok=True)
-    data = collect(loaded)
     data["fig2"], data["figures"] = {}, {}
     for bench in dict.fromkeys(p.benchmark for p, _ in loaded):
         rows = fig2_rows(data, bench)

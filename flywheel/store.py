@@ -128,8 +128,8 @@ def _now() -> datetime:
 
 
 def _is_lock_error(exc: Exception) -> bool:
-    text = str(exc).lower()
-    return "lock" in text or "conflict" in text
+    text = str(exc).lower()  # not "lock" alone: a corrupt block's error says "block"
+    return "set lock" in text or "conflict" in text
 
 
 class StoreBusyError(RuntimeError):
@@ -138,6 +138,10 @@ class StoreBusyError(RuntimeError):
 
 class ForeignStoreError(RuntimeError):
     """The DuckDB file holds another schema; nothing was written to it."""
+
+
+class DamagedStoreError(ForeignStoreError):
+    """The DuckDB file cannot be read whole (zero bytes, truncated, corrupt); nothing was written to it."""
 
 
 def _lock_holder(message: str) -> str:
@@ -171,10 +175,12 @@ def _text(value: Any) -> Any:
 
 @functools.cache
 def _expected_columns() -> dict[str, list[str]]:
-    """Each table of SCHEMA -> its column names, read from an in-memory database."""
+    """Each table of SCHEMA (and the curriculum's) -> its column names, read from an in-memory database."""
+    from flywheel.curriculum.tables import SCHEMA as CURRICULUM_SCHEMA  # tables created beside these
+
     con = duckdb.connect(":memory:")
     try:
-        con.execute(SCHEMA)
+        con.execute(SCHEMA + CURRICULUM_SCHEMA)
         rows = con.execute("SELECT table_name, column_name FROM information_schema.columns "
                            "ORDER BY table_name, ordinal_position").fetchall()
     finally:
@@ -209,10 +215,58 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
                 con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {ddl}")
 
 
+def _as_migrated(table: str, columns: list[str]) -> list[str]:
+    """A table's columns as `_migrate` will leave them (renamed, older columns completed)."""
+    for old, new in RENAMES.get(table, []):
+        if old in columns and new not in columns:
+            columns = [new if c == old else c for c in columns]
+    names = [name for name, _ in MIGRATIONS.get(table, [])]
+    expected = _expected_columns().get(table, [])
+    if names and columns == [c for c in expected if c not in names]:
+        return expected
+    return columns
+
+
+# A DuckDB file: 3 headers of 4 KiB, then blocks of `block_size` bytes (at least its `used_blocks`).
+_HEADERS_BYTES = 3 * 4096
+STORE_FIX = "point the store at a new file (StoreResource.path / --runs-dir) or move this one aside"
+
+
+def check_store(path: str | Path, *, whole: bool = True, lock_timeout_s: float = 120.0) -> None:
+    """Refuse a store file flywheel cannot use as it is, opening it read-only (nothing is written to it):
+    one that cannot be read whole (zero bytes, truncated; with `whole`, every table is read, so a corrupt
+    block fails here too) or that holds another schema or a newer version of flywheel's (a table or a
+    column this flywheel does not know). A missing file is fine (a new store)."""
+    path = Path(path)
+    if not path.exists():
+        return
+    if path.is_dir():
+        raise ForeignStoreError(f"the store {path} is a folder, not a DuckDB file: {STORE_FIX}.")
+    size = path.stat().st_size
+    damaged = f"nothing was written to it: restore it from a backup, or {STORE_FIX}"
+    try:
+        with Store._open(path, read_only=True, lock_timeout_s=lock_timeout_s) as con:
+            _, _, block_size, _, used_blocks, *_ = con.execute("PRAGMA database_size").fetchone()
+            size = path.stat().st_size  # now: no writer can grow it while this connection is open
+            if size < (need := _HEADERS_BYTES + int(used_blocks) * int(block_size)):
+                raise DamagedStoreError(f"{path} is truncated ({size:,} bytes, its used blocks need at least "
+                                        f"{need:,}); {damaged}.")
+            _check_schema(con, path)
+            if whole:
+                for (table,) in con.execute("SELECT table_name FROM information_schema.tables WHERE "
+                                            "table_schema = 'main' AND table_type = 'BASE TABLE'").fetchall():
+                    con.execute(f'SELECT bit_xor(hash(COLUMNS(*))) FROM "{table}"').fetchall()
+    except duckdb.Error as exc:
+        raise DamagedStoreError(f"{path} ({size:,} bytes) cannot be read whole as a DuckDB store "
+                                f"({' '.join(str(exc).split())[:200]}); {damaged}.") from None
+
+
 def _check_schema(con: duckdb.DuckDBPyConnection, path: Path) -> None:
-    """Refuse, before anything is written, a file that holds another schema."""
-    rows = con.execute("SELECT table_name, column_name FROM information_schema.columns "
-                       "WHERE table_schema = 'main' ORDER BY table_name, ordinal_position").fetchall()
+    """Refuse, before anything is written, a file that holds another schema or a newer version of ours."""
+    rows = con.execute("SELECT c.table_name, c.column_name FROM information_schema.columns c "
+                       "JOIN information_schema.tables t USING (table_schema, table_name) "
+                       "WHERE c.table_schema = 'main' AND t.table_type = 'BASE TABLE' "
+                       "ORDER BY c.table_name, c.ordinal_position").fetchall()
     if not rows:
         return  # a new, empty file
     have: dict[str, list[str]] = {}
@@ -220,16 +274,19 @@ def _check_schema(con: duckdb.DuckDBPyConnection, path: Path) -> None:
         have.setdefault(table, []).append(column)
     expected = _expected_columns()
     ours = [t for t in expected if t in have]
-    fix = "point the store at a new file (StoreResource.path / --runs-dir) or move this one aside"
     if not ours:
         raise ForeignStoreError(
             f"{path} is a DuckDB file of another schema (tables: {', '.join(sorted(have)[:8])}) and holds none "
-            f"of flywheel's tables; nothing was written to it: {fix}.")
+            f"of flywheel's tables; nothing was written to it: {STORE_FIX}.")
+    newer = "(another schema, or a newer flywheel's); nothing was written to it: upgrade flywheel, or"
+    extra = sorted(set(have) - set(expected))
+    if extra:
+        raise ForeignStoreError(f"{path}: table(s) {extra} are not flywheel's {newer} {STORE_FIX}.")
     for table in ours:
-        if have[table] != expected[table]:
+        if _as_migrated(table, have[table]) != expected[table]:
             raise ForeignStoreError(
-                f"{path}: table {table!r} has columns {have[table]}, flywheel expects {expected[table]} (another "
-                f"schema or version); nothing was written to it: {fix}.")
+                f"{path}: table {table!r} has columns {have[table]}, flywheel expects {expected[table]} "
+                f"{newer} {STORE_FIX}.")
 
 
 def _where(scope: dict[str, Any]) -> str:
@@ -269,28 +326,36 @@ class Store:
         if read_only:
             if not self.path.is_file():
                 raise FileNotFoundError(f"no store at {self.path}: nothing to read")
+            check_store(self.path, whole=False, lock_timeout_s=lock_timeout_s)
             return
+        check_store(self.path, whole=False, lock_timeout_s=lock_timeout_s)  # read-only: refused before any write
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.connect() as con:
             _migrate(con)
-            _check_schema(con, self.path)
             con.execute(SCHEMA)
             _create_views(con)
 
     @contextmanager
     def connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        deadline = time.monotonic() + self.lock_timeout_s
+        with self._open(self.path, read_only=self.read_only, lock_timeout_s=self.lock_timeout_s) as con:
+            yield con
+
+    @staticmethod
+    @contextmanager
+    def _open(path: Path, *, read_only: bool, lock_timeout_s: float) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection to `path`, retried while another process holds DuckDB's file lock."""
+        deadline = time.monotonic() + lock_timeout_s
         delay = 0.05
         while True:
             try:
-                con = duckdb.connect(str(self.path), read_only=self.read_only)
+                con = duckdb.connect(str(path), read_only=read_only)
                 break
             except duckdb.IOException as exc:  # another process holds the write lock
                 if not _is_lock_error(exc):
                     raise
                 if time.monotonic() > deadline:
                     raise StoreBusyError(
-                        f"The store {self.path} stayed locked for {self.lock_timeout_s:.0f} s by "
+                        f"The store {path} stayed locked for {lock_timeout_s:.0f} s by "
                         f"{_lock_holder(str(exc))}. Close that connection (a notebook or `duckdb` shell left "
                         "open?) or stop that process, then re-run."
                     ) from None
