@@ -303,6 +303,27 @@ def _delete_scope(con: duckdb.DuckDBPyConnection, scope: dict[str, Any]) -> None
     con.execute(f"DELETE FROM trajectories WHERE {where}", params)
 
 
+def _write_examples(con: duckdb.DuckDBPyConnection, checkpoint_id: str, benchmark: str, iteration: int,
+                    rows: Sequence[dict[str, Any]]) -> None:
+    """Replace a checkpoint's training pairs, inside the caller's transaction."""
+    df = pl.DataFrame(
+        {"checkpoint_id": [checkpoint_id] * len(rows), "position": list(range(len(rows))),
+         "benchmark": [benchmark] * len(rows), "iteration": [iteration] * len(rows),
+         "traj_id": [r.get("traj_id") for r in rows], "task_id": [r.get("task_id") for r in rows],
+         "t": [r.get("t") for r in rows],
+         "prompt": [_text(json.dumps(r["prompt"], ensure_ascii=False)) for r in rows],
+         "completion": [_text(json.dumps(r["completion"], ensure_ascii=False)) for r in rows],
+         "kept": [bool(r.get("kept", True)) for r in rows], "created_at": [_now()] * len(rows)},
+        schema={"checkpoint_id": pl.Utf8, "position": pl.Int32, "benchmark": pl.Utf8, "iteration": pl.Int32,
+                "traj_id": pl.Utf8, "task_id": pl.Utf8, "t": pl.Int32, "prompt": pl.Utf8, "completion": pl.Utf8,
+                "kept": pl.Boolean, "created_at": pl.Datetime("us")},
+    )
+    con.execute("DELETE FROM training_examples WHERE checkpoint_id = ?", [checkpoint_id])
+    con.register("new_examples", df.to_arrow())
+    con.execute("INSERT INTO training_examples SELECT * FROM new_examples")
+    con.unregister("new_examples")
+
+
 def _create_views(con: duckdb.DuckDBPyConnection) -> None:
     for name, sql in VIEWS.items():
         try:
@@ -580,22 +601,11 @@ class Store:
     def write_training_examples(self, checkpoint_id: str, benchmark: str, iteration: int,
                                 rows: Sequence[dict[str, Any]]) -> None:
         """Replace a checkpoint's (prompt, completion) pairs; `kept` False = dropped as too long."""
-        df = pl.DataFrame(
-            {"checkpoint_id": [checkpoint_id] * len(rows), "position": list(range(len(rows))),
-             "benchmark": [benchmark] * len(rows), "iteration": [iteration] * len(rows),
-             "traj_id": [r.get("traj_id") for r in rows], "task_id": [r.get("task_id") for r in rows],
-             "t": [r.get("t") for r in rows],
-             "prompt": [_text(json.dumps(r["prompt"], ensure_ascii=False)) for r in rows],
-             "completion": [_text(json.dumps(r["completion"], ensure_ascii=False)) for r in rows],
-             "kept": [bool(r.get("kept", True)) for r in rows], "created_at": [_now()] * len(rows)},
-            schema={"checkpoint_id": pl.Utf8, "position": pl.Int32, "benchmark": pl.Utf8, "iteration": pl.Int32,
-                    "traj_id": pl.Utf8, "task_id": pl.Utf8, "t": pl.Int32, "prompt": pl.Utf8, "completion": pl.Utf8,
-                    "kept": pl.Boolean, "created_at": pl.Datetime("us")},
-        )
         with self.transaction() as con:
-            con.execute("DELETE FROM training_examples WHERE checkpoint_id = ?", [checkpoint_id])
-            con.register("new_examples", df.to_arrow())
-            con.execute("INSERT INTO training_examples SELECT * FROM new_examples")
+            _write_examples(con, checkpoint_id, benchmark, iteration, rows)
+
+    def has_training_examples(self, checkpoint_id: str) -> bool:
+        return bool(self.query("SELECT count(*) FROM training_examples WHERE checkpoint_id = ?", [checkpoint_id]).item())
 
     def training_examples(self, checkpoint_id: str, *, kept_only: bool = True) -> list[dict[str, Any]]:
         """A checkpoint's training pairs in training order (prompt/completion as chat messages)."""
@@ -606,17 +616,26 @@ class Store:
                 for r in df.iter_rows(named=True)]
 
     # -- checkpoints and evaluations -------------------------------------------
-    def record_checkpoint(self, row: dict[str, Any]) -> None:
+    def record_checkpoint(self, row: dict[str, Any], training_examples: Sequence[dict[str, Any]] | None = None) -> None:
+        """Record a checkpoint; with `training_examples` (its pairs, as `write_training_examples` takes them) in
+        the same transaction: a kill leaves both or neither."""
         row = {"method": self.method, **row, "lineage": json.dumps(row.get("lineage", {}), default=str),
                "created_at": _now()}
         cols = ["checkpoint_id", "benchmark", "iteration", "path", "base_model", "n_examples",
                 "n_trajectories", "train_loss", "lineage", "created_at", "method"]
         with self.transaction() as con:
+            if training_examples is not None:
+                _write_examples(con, row["checkpoint_id"], row["benchmark"], row["iteration"], training_examples)
             con.execute("DELETE FROM checkpoints WHERE checkpoint_id = ?", [row["checkpoint_id"]])
             con.execute(
                 f"INSERT INTO checkpoints ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
                 [row.get(c) for c in cols],
             )
+
+    def checkpoint_recorded(self, checkpoint_id: str, path: str | Path) -> bool:
+        """Whether a checkpoint row has this id or this directory."""
+        return bool(self.query("SELECT count(*) FROM checkpoints WHERE checkpoint_id = ? OR path = ?",
+                               [checkpoint_id, str(path)]).item())
 
     def latest_checkpoint(self, benchmark: str, iteration: int) -> dict[str, Any] | None:
         df = self.query(
