@@ -115,7 +115,7 @@ def load_preset(name_or_path: str) -> Preset:
     for key in ("benchmark", "iterations"):
         if key not in raw:
             raise ConfigurationError(f"{path}: missing required field {key!r}")
-    from flywheel.validation import check_benchmark
+    from flywheel.validation import check_benchmark, check_plain_name
 
     check_benchmark(raw["benchmark"], where=f"{path}: benchmark")
     iterations = raw["iterations"]
@@ -132,8 +132,11 @@ def load_preset(name_or_path: str) -> Preset:
         if bad:
             raise ConfigurationError(f"{path}: arm {arm!r} overrides unknown section(s) {bad}; valid: {list(SECTIONS)}")
         arms[str(arm)] = {s: section(s, v) for s, v in overrides.items()}
+    name = check_plain_name(str(raw.get("name") or path.stem), f"{path}: name")  # names the results' folder
+    for arm in arms:
+        check_plain_name(arm, f"{path}: arm")  # names its store's folder
     preset = Preset(
-        name=str(raw.get("name") or path.stem), benchmark=raw["benchmark"], iterations=iterations,
+        name=name, benchmark=raw["benchmark"], iterations=iterations,
         model=str(raw.get("model") or "smollm2"), description=str(raw.get("description") or ""),
         notes=list(raw.get("notes") or []), sections=sections, arms=arms, source=str(path),
         continue_on_empty_gate=bool(raw.get("continue_on_empty_gate", False)),
@@ -141,6 +144,12 @@ def load_preset(name_or_path: str) -> Preset:
     )
     for arm in preset.arms:  # build every arm's resources now: a bad field fails before any work
         build_resources(preset, arm, Path("/nonexistent-check"), model_path="/nonexistent-check")
+        seen = [arm]  # method.start_from: another arm, no cycle
+        while source := preset.arm_sections(seen[-1]).get("method", {}).get("start_from"):
+            if source not in preset.arms or source in seen:
+                raise ConfigurationError(f"{path}: arm {seen[-1]!r}: method.start_from {source!r} must name another "
+                                         f"arm of {preset.name} ({list(preset.arms)}), without a cycle ({seen})")
+            seen.append(source)
     return preset
 
 
