@@ -38,9 +38,10 @@ DEMO_OPTIONS = {"iterations": "iterations", **{flag: field for flag, (_, field, 
 def validate_demo_args(args: argparse.Namespace) -> None:
     """Every numeric option within its bound and every benchmark option one the benchmark takes,
     before any work (ConfigurationError names the flag or the valid options)."""
-    from flywheel.validation import check_benchmark, check_options
+    from flywheel.validation import check_benchmark, check_options, check_writable_dir
 
     check_benchmark(args.benchmark, where="--benchmark", refs=profile_of(args).benchmark_refs)
+    check_writable_dir(Path(args.runs_dir), "--runs-dir")
     check_options({opt: getattr(args, flag) for flag, opt in DEMO_OPTIONS.items()},
                   names={opt: "--" + flag.replace("_", "-") for flag, opt in DEMO_OPTIONS.items()})
     demo_options(args, _demo_spec(args))
@@ -160,7 +161,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     validate_demo_args(args)  # first: before Dagster is even imported
     from flywheel.pipeline import GateBlocked, StageFailed, results_table, run_flywheel
     from flywheel.policy.models import require_model
-    from flywheel.store import Store
+    from flywheel.store import Store, check_store
+    from flywheel.validation import check_data
+
+    check_store(Path(args.runs_dir) / "flywheel.duckdb")  # a damaged or newer store: refused, nothing written
+    # The demo's tasks load (task types known, data there, archives whole) before any run or store is made.
+    check_data(args.benchmark, refs=profile_of(args).benchmark_refs,
+               task_types=tuple(demo_task_types(args, _demo_spec(args))) or None)
 
     require_model(args.model)
     started = time.monotonic()
@@ -213,6 +220,9 @@ def _existing_store(args: argparse.Namespace) -> Path:
     candidates = [Path(args.runs_dir)] if args.runs_dir else [root / "demo", root]
     for folder in candidates:
         if (folder / "flywheel.duckdb").is_file():
+            from flywheel.store import check_store
+
+            check_store(folder / "flywheel.duckdb")  # read whole, read-only: a damaged store is refused here
             return folder / "flywheel.duckdb"
     raise ConfigurationError(
         f"no store (flywheel.duckdb) in {' or '.join(str(c) for c in candidates)}: run `make demo` or the Dagster "
@@ -252,6 +262,13 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     preset = load_preset(args.preset)  # a bad preset: one line naming the fix, exit 2 (see main)
     runs = Path(args.runs_dir) if args.runs_dir else profile_of(args).runs_path / "experiments" / preset.name
     results = Path(args.results_dir) if args.results_dir else RESULTS_DIR / preset.name
+    from flywheel.store import check_store
+    from flywheel.validation import check_writable_dir
+
+    check_writable_dir(runs, "--runs-dir")
+    check_writable_dir(results, "--results-dir")
+    for arm in preset.arms:  # a damaged or newer store: refused before any arm runs or any report is written
+        check_store(runs / arm / "flywheel.duckdb")
     if args.report_only:
         data = write_report(preset, runs=runs, results=results)
     else:
@@ -297,10 +314,23 @@ def cmd_paper(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from flywheel.export import export_store
     from flywheel.store import Store
+    from flywheel.validation import ConfigurationError, check_plain_name, check_writable_dir
 
     path = _existing_store(args)
-    out = Path(args.out)
-    written = export_store(Store(path), out, benchmarks=args.benchmark or None, hf=not args.jsonl_only)
+    out = check_writable_dir(Path(args.out), "--out")
+    store = Store(path)
+    known = sorted(set(store.trajectory_benchmarks()) | set(profile_of(args).benchmarks))
+    for b in args.benchmark or ():  # it names a folder under --out
+        if b not in known:
+            raise ConfigurationError(f"--benchmark {b!r} is in neither the store {path} nor the profile: "
+                                     f"use one of {', '.join(known)}")
+        check_plain_name(b, "--benchmark")
+    try:
+        written = export_store(store, out, benchmarks=args.benchmark or None, hf=not args.jsonl_only,
+                               replace=args.replace)
+    except OSError as exc:  # a read-only folder, a full disk: nothing half-written is left
+        raise ConfigurationError(f"export to {out} failed, nothing was written: {exc}; point --out at a "
+                                 "writable folder") from None
     for w in written:
         print(f"{w['benchmark']:<13} {w['name']:<13} {w['rows']:>6} rows  {w.get('hf') or w['jsonl']}")
     print(f"exported {len(written)} dataset(s) from {path} to {out}")
@@ -313,6 +343,27 @@ def cmd_prepare_model(args: argparse.Namespace) -> int:
     path = build_tiny_model(args.out) if args.tiny else prepare_smollm2(args.out)
     print(path)
     return 0
+
+
+class Parser(argparse.ArgumentParser):
+    """Usage errors (a flag that does not parse) in one line, exit 2, as every other bad value."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _number(option: str, kind: type) -> object:
+    """argparse type of a numeric flag: text that does not read as `kind` (1e6 for an integer, abc) gets the
+    range of `option` (validation.BOUNDS), as an out-of-range number does."""
+    from flywheel.validation import BOUNDS
+
+    def parse(text: str):
+        try:
+            return kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {BOUNDS[option].describe()}, got {text!r}") from None
+
+    return parse
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -328,7 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     from envs import DEFAULT_BENCHMARK, REGISTRY
     from flywheel.settings import PROFILE_ENV, SMOLLM2_DIR  # not flywheel.profile: --help imports no Dagster
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="flywheel", formatter_class=HelpFormatter,
         description="The flywheel's command line: demo, experiments, reports, exports. Long work shows progress "
         "bars (rate, ETA) on a terminal. Each command's --help lists its options with their defaults.")
@@ -355,9 +406,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--runs-dir", default=None, help="store and checkpoints (default: the profile's runs_dir/demo)")
     demo.add_argument("--task-types", nargs="*", default=None,
                       help="default: the benchmark's demo task types (`demo_task_types` in its spec), else all tasks")
-    demo.add_argument("--iterations", type=int, default=1, help="gated self-refinement iterations after k=0")
-    for flag, (_, _, default, help_text) in DEMO_FIELDS.items():
-        demo.add_argument("--" + flag.replace("_", "-"), type=type(default), default=default, help=help_text)
+    demo.add_argument("--iterations", type=_number("iterations", int), default=1,
+                      help="gated self-refinement iterations after k=0")
+    for flag, (_, field, default, help_text) in DEMO_FIELDS.items():
+        kind = _number(field, type(default)) if isinstance(default, int | float) else type(default)
+        demo.add_argument("--" + flag.replace("_", "-"), type=kind, default=default, help=help_text)
     demo.add_argument("--spec-option", action="append", metavar="KEY=VALUE",
                       help="a field of the benchmark's spec (repeatable; default: the spec's `demo_spec_options`)")
     demo.add_argument("--env-option", action="append", metavar="KEY=VALUE",
@@ -405,6 +458,8 @@ def build_parser() -> argparse.ArgumentParser:
     expo.add_argument("--out", default="exports", help="output folder: OUT/<benchmark>/<name>.jsonl and hf/<name>/")
     expo.add_argument("--benchmark", nargs="*", default=None, help="only these benchmarks (default: all in the store)")
     expo.add_argument("--jsonl-only", action="store_true", help="skip the Hugging Face datasets folders")
+    expo.add_argument("--replace", action="store_true",
+                      help="replace a non-empty --out (without it a non-empty --out is refused)")
     expo.set_defaults(fn=cmd_export)
 
     rep = sub.add_parser("report", help="print the evaluation table from the store")
@@ -427,7 +482,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _user_error(exc: Exception, kinds: tuple[type[Exception], ...]) -> bool:
     """A configuration or environment error the user fixes (shown as one line), not a bug (a traceback)."""
     slots = sys.modules.get("flywheel.slots")  # imported only by commands that use an instance
-    return isinstance(exc, kinds + ((slots.PoolBusyError,) if slots else ()))
+    store = sys.modules.get("flywheel.store")
+    return isinstance(exc, kinds + ((slots.PoolBusyError,) if slots else ())
+                      + ((store.ForeignStoreError, store.StoreBusyError) if store else ()))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -129,7 +129,7 @@ def load_preset(name_or_path: str) -> Preset:
     for key in ("benchmark", "iterations"):
         if key not in raw:
             raise ConfigurationError(f"{path}: missing required field {key!r}")
-    from flywheel.validation import check_benchmark
+    from flywheel.validation import check_benchmark, check_plain_name
 
     check_benchmark(raw["benchmark"], where=f"{path}: benchmark")
     iterations = raw["iterations"]
@@ -146,8 +146,11 @@ def load_preset(name_or_path: str) -> Preset:
         if bad:
             raise ConfigurationError(f"{path}: arm {arm!r} overrides unknown section(s) {bad}; valid: {list(SECTIONS)}")
         arms[str(arm)] = {s: section(s, v) for s, v in overrides.items()}
+    name = check_plain_name(str(raw.get("name") or path.stem), f"{path}: name")  # names the results' folder
+    for arm in arms:
+        check_plain_name(arm, f"{path}: arm")  # names its store's folder
     preset = Preset(
-        name=str(raw.get("name") or path.stem), benchmark=raw["benchmark"], iterations=iterations,
+        name=name, benchmark=raw["benchmark"], iterations=iterations,
         model=str(raw.get("model") or "smollm2"), description=str(raw.get("description") or ""),
         notes=list(raw.get("notes") or []), sections=sections, arms=arms, source=str(path),
         continue_on_empty_gate=bool(raw.get("continue_on_empty_gate", False)),

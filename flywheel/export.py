@@ -21,6 +21,8 @@ iteration, the teacher and the split. Plain code: no Dagster.
 from __future__ import annotations
 
 import json
+import shutil
+import uuid
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -28,6 +30,7 @@ from typing import Any
 
 from flywheel.store import Store
 from flywheel.trajectory import Trajectory
+from flywheel.validation import ConfigurationError
 
 
 def _traj_row(t: Trajectory) -> dict[str, Any]:
@@ -110,9 +113,36 @@ def _sft_what(ck: dict[str, Any], n: int) -> str:
 
 
 def export_store(db: Store, out: str | Path, *, benchmarks: Sequence[str] | None = None, hf: bool = True,
-                 progress: Any = None) -> list[dict[str, Any]]:
-    """Write every dataset of each benchmark in the store; returns what was written (name, rows, paths)."""
+                 progress: Any = None, replace: bool = False) -> list[dict[str, Any]]:
+    """Write every dataset of each benchmark in the store; returns what was written (name, rows, paths).
+
+    Everything is written into a fresh folder beside `out`, then moved into place whole: a failure leaves
+    `out` as it was and no partial file. A non-empty `out` is refused unless `replace` (then it is replaced
+    whole: no stale file of an earlier export stays)."""
     out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not replace:
+        raise ConfigurationError(f"--out {out} is not an empty folder: choose a new one, or add --replace to "
+                                 "replace it with this export")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = out.with_name(f".{out.name}.partial-{uuid.uuid4().hex[:8]}")
+    work.mkdir()
+    try:
+        written = _export(db, work, benchmarks=benchmarks, hf=hf, progress=progress)
+        if out.exists():
+            old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
+            out.rename(old)
+            work.rename(out)
+            shutil.rmtree(old)
+        else:
+            work.rename(out)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return [{k: str(out / Path(v).relative_to(work)) if k in ("jsonl", "hf") else v for k, v in w.items()}
+            for w in written]
+
+
+def _export(db: Store, out: Path, *, benchmarks: Sequence[str] | None, hf: bool, progress: Any) -> list[dict[str, Any]]:
     teacher = teacher_name(db)
     have = db.trajectory_benchmarks()
     written = []

@@ -30,7 +30,7 @@ from flywheel.methods import METHODS
 from flywheel.provenance import read_arm
 from flywheel.quality import BOOT, arm_checkpoints, paired_difference, rate
 from flywheel.settings import DEFAULT_RUNS_DIR
-from flywheel.store import Store
+from flywheel.store import Store, check_store
 from flywheel.validation import ConfigurationError
 
 NOTES = [
@@ -64,6 +64,7 @@ def collect(presets: list[tuple[Preset, Path]], committed: Path | None = RESULTS
                      "origin": "not run"}
             recorded = read_arm(committed / preset.name, arm) if committed is not None else None
             if db_path.exists():
+                check_store(db_path)  # read whole, read-only: a damaged store is refused before anything is written
                 entry.update(checkpoints=arm_checkpoints(Store(db_path, read_only=True), preset.benchmark),
                              origin=f"store {db_path}")
             elif recorded is not None:
@@ -342,14 +343,16 @@ def write_paper(experiments: str | list[str], *, runs: Path | None = None, resul
         preset = load_preset(name)
         r, _ = default_dirs(name, runs, results, runs_root=runs_root)
         loaded.append((preset, r))
-    if not any((r / arm / "flywheel.duckdb").exists() for p, r in loaded for arm in p.arms):
+    if not any((r / arm / "flywheel.duckdb").exists() or read_arm(RESULTS_DIR / p.name, arm) is not None
+               for p, r in loaded for arm in p.arms):
         looked = "; ".join(f"{r}/{{{','.join(p.arms)}}}/flywheel.duckdb" for p, r in loaded)
-        raise ConfigurationError(f"no experiment store found (looked for {looked}): run `python -m flywheel.cli "
+        raise ConfigurationError(f"no experiment store or committed arm results found (looked for {looked} and "
+                                 f"{RESULTS_DIR}/NAME/arms/): run `python -m flywheel.cli "
                                  f"experiment {names[0]}` first, or point --runs-dir (or the profile's runs_dir) at its runs")
     results = results or (RESULTS_DIR / loaded[0][0].name / "paper" if len(names) == 1
                           else RESULTS_DIR / ("paper-" + "-".join(p.name for p, _ in loaded)))
+    data = collect(loaded)  # first: a damaged store is refused before the results folder is made
     results.mkdir(parents=True, exist_ok=True)
-    data = collect(loaded)
     data["fig2"], data["figures"] = {}, {}
     for bench in dict.fromkeys(p.benchmark for p, _ in loaded):
         rows = fig2_rows(data, bench)

@@ -48,7 +48,7 @@ from flywheel.settings import (
     REPO_ROOT,
     SMOLLM2_DIR,
 )
-from flywheel.validation import ConfigurationError
+from flywheel.validation import ConfigurationError, check_options
 
 SECTIONS = ("envs", "policy", "loop", "curriculum", "teacher", "method")
 # The names `policy_backend` takes, checked without importing the resources (they import torch).
@@ -97,6 +97,10 @@ class Profile:
         from flywheel.validation import check_benchmark, check_benchmark_refs
 
         where = self.source or "profile"
+        for name in ("runs_dir", "model", "loop_cron"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
+                raise ConfigurationError(f"{where}: {name} must be a non-empty string, got {getattr(self, name)!r}: "
+                                         f"set {name} to a {'folder' if name == 'runs_dir' else 'name'} in quotes")
         if not self.benchmarks:
             raise ConfigurationError(f"{where}: benchmarks must name at least one benchmark")
         stray = sorted(set(self.benchmark_refs) - set(self.benchmarks))
@@ -251,6 +255,10 @@ def build_resources(
             for k, v in (loop_defaults or {}).items():
                 fields_.setdefault(k, v)
             fields_.setdefault("max_iterations", max_iteration)
+        try:
+            check_options(fields_, where=f"{name}.")  # the CLI's bounds (validation.BOUNDS), before any work
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{where}: {exc}") from None
         out[name] = build_one(cls, name, fields_, where)
     try:
         out["loop"].validate(max_iteration, benchmarks)  # type: ignore[attr-defined]

@@ -94,7 +94,9 @@ def format_response(thought: str, plan: str, action: str, *, history_mode: str =
     return f"Thought: {thought.strip()}\nPlan: {plan.strip()}\nAction: {action.strip()}"
 
 
-_SECTION = re.compile(r"^\s*(Thought|Plan|Action)\s*:\s*", re.IGNORECASE | re.MULTILINE)
+# Leading blanks of the line only (not `\s*`, which crosses newlines and backtracks quadratically on
+# a run of blank lines): the parse is linear in the answer's length.
+_SECTION = re.compile(r"^[^\S\n]*(Thought|Plan|Action)\s*:\s*", re.IGNORECASE | re.MULTILINE)
 
 
 def parse_response(text: str) -> Response:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from envs.base import Env, EnvError, StepResult, Task
-from flywheel.policy.inference import Generator
+from flywheel.policy.inference import Generator, clip_answer
 from flywheel.prompting import INVALID_FORMAT_OBSERVATION, HistoryItem, PromptShape, parse_response
 from flywheel.rollout_ray import RayOptions
 from flywheel.store import Store
@@ -288,7 +288,7 @@ def _play(
             finish(slot)
 
     def act(gen) -> tuple[Any, str]:
-        resp = parse_response(gen.text)
+        resp = parse_response(clip_answer(gen.text, cfg.max_new_tokens))  # no backend answers more than its budget
         return resp, normalize_action(resp.action) if resp.well_formed else ""
 
     def play_slot(slot: _Slot) -> None:

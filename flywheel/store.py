@@ -144,8 +144,8 @@ def _now() -> datetime:
 
 
 def _is_lock_error(exc: Exception) -> bool:
-    text = str(exc).lower()
-    return "lock" in text or "conflict" in text
+    text = str(exc).lower()  # not "lock" alone: a corrupt block's error says "block"
+    return "set lock" in text or "conflict" in text
 
 
 class StoreBusyError(RuntimeError):
@@ -154,6 +154,10 @@ class StoreBusyError(RuntimeError):
 
 class ForeignStoreError(RuntimeError):
     """The DuckDB file holds another schema; nothing was written to it."""
+
+
+class DamagedStoreError(ForeignStoreError):
+    """The DuckDB file cannot be read whole (zero bytes, truncated, corrupt); nothing was written to it."""
 
 
 def _lock_holder(message: str) -> str:
@@ -187,10 +191,12 @@ def _text(value: Any) -> Any:
 
 @functools.cache
 def _expected_columns() -> dict[str, list[str]]:
-    """Each table of SCHEMA -> its column names, read from an in-memory database."""
+    """Each table of SCHEMA (and the curriculum's) -> its column names, read from an in-memory database."""
+    from flywheel.curriculum.tables import SCHEMA as CURRICULUM_SCHEMA  # tables created beside these
+
     con = duckdb.connect(":memory:")
     try:
-        con.execute(SCHEMA)
+        con.execute(SCHEMA + CURRICULUM_SCHEMA)
         rows = con.execute("SELECT table_name, column_name FROM information_schema.columns "
                            "ORDER BY table_name, ordinal_position").fetchall()
     finally:
@@ -225,10 +231,58 @@ def _migrate(con: duckdb.DuckDBPyConnection) -> None:
                 con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {ddl}")
 
 
+def _as_migrated(table: str, columns: list[str]) -> list[str]:
+    """A table's columns as `_migrate` will leave them (renamed, older columns completed)."""
+    for old, new in RENAMES.get(table, []):
+        if old in columns and new not in columns:
+            columns = [new if c == old else c for c in columns]
+    names = [name for name, _ in MIGRATIONS.get(table, [])]
+    expected = _expected_columns().get(table, [])
+    if names and columns == [c for c in expected if c not in names]:
+        return expected
+    return columns
+
+
+# A DuckDB file: 3 headers of 4 KiB, then blocks of `block_size` bytes (at least its `used_blocks`).
+_HEADERS_BYTES = 3 * 4096
+STORE_FIX = "point the store at a new file (StoreResource.path / --runs-dir) or move this one aside"
+
+
+def check_store(path: str | Path, *, whole: bool = True, lock_timeout_s: float = 120.0) -> None:
+    """Refuse a store file flywheel cannot use as it is, opening it read-only (nothing is written to it):
+    one that cannot be read whole (zero bytes, truncated; with `whole`, every table is read, so a corrupt
+    block fails here too) or that holds another schema or a newer version of flywheel's (a table or a
+    column this flywheel does not know). A missing file is fine (a new store)."""
+    path = Path(path)
+    if not path.exists():
+        return
+    if path.is_dir():
+        raise ForeignStoreError(f"the store {path} is a folder, not a DuckDB file: {STORE_FIX}.")
+    size = path.stat().st_size
+    damaged = f"nothing was written to it: restore it from a backup, or {STORE_FIX}"
+    try:
+        with Store._open(path, read_only=True, lock_timeout_s=lock_timeout_s) as con:
+            _, _, block_size, _, used_blocks, *_ = con.execute("PRAGMA database_size").fetchone()
+            size = path.stat().st_size  # now: no writer can grow it while this connection is open
+            if size < (need := _HEADERS_BYTES + int(used_blocks) * int(block_size)):
+                raise DamagedStoreError(f"{path} is truncated ({size:,} bytes, its used blocks need at least "
+                                        f"{need:,}); {damaged}.")
+            _check_schema(con, path)
+            if whole:
+                for (table,) in con.execute("SELECT table_name FROM information_schema.tables WHERE "
+                                            "table_schema = 'main' AND table_type = 'BASE TABLE'").fetchall():
+                    con.execute(f'SELECT bit_xor(hash(COLUMNS(*))) FROM "{table}"').fetchall()
+    except duckdb.Error as exc:
+        raise DamagedStoreError(f"{path} ({size:,} bytes) cannot be read whole as a DuckDB store "
+                                f"({' '.join(str(exc).split())[:200]}); {damaged}.") from None
+
+
 def _check_schema(con: duckdb.DuckDBPyConnection, path: Path) -> None:
-    """Refuse, before anything is written, a file that holds another schema."""
-    rows = con.execute("SELECT table_name, column_name FROM information_schema.columns "
-                       "WHERE table_schema = 'main' ORDER BY table_name, ordinal_position").fetchall()
+    """Refuse, before anything is written, a file that holds another schema or a newer version of ours."""
+    rows = con.execute("SELECT c.table_name, c.column_name FROM information_schema.columns c "
+                       "JOIN information_schema.tables t USING (table_schema, table_name) "
+                       "WHERE c.table_schema = 'main' AND t.table_type = 'BASE TABLE' "
+                       "ORDER BY c.table_name, c.ordinal_position").fetchall()
     if not rows:
         return  # a new, empty file
     have: dict[str, list[str]] = {}
@@ -236,16 +290,19 @@ def _check_schema(con: duckdb.DuckDBPyConnection, path: Path) -> None:
         have.setdefault(table, []).append(column)
     expected = _expected_columns()
     ours = [t for t in expected if t in have]
-    fix = "point the store at a new file (StoreResource.path / --runs-dir) or move this one aside"
     if not ours:
         raise ForeignStoreError(
             f"{path} is a DuckDB file of another schema (tables: {', '.join(sorted(have)[:8])}) and holds none "
-            f"of flywheel's tables; nothing was written to it: {fix}.")
+            f"of flywheel's tables; nothing was written to it: {STORE_FIX}.")
+    newer = "(another schema, or a newer flywheel's); nothing was written to it: upgrade flywheel, or"
+    extra = sorted(set(have) - set(expected))
+    if extra:
+        raise ForeignStoreError(f"{path}: table(s) {extra} are not flywheel's {newer} {STORE_FIX}.")
     for table in ours:
-        if have[table] != expected[table]:
+        if _as_migrated(table, have[table]) != expected[table]:
             raise ForeignStoreError(
-                f"{path}: table {table!r} has columns {have[table]}, flywheel expects {expected[table]} (another "
-                f"schema or version); nothing was written to it: {fix}.")
+                f"{path}: table {table!r} has columns {have[table]}, flywheel expects {expected[table]} "
+                f"{newer} {STORE_FIX}.")
 
 
 def _where(scope: dict[str, Any]) -> str:
@@ -260,6 +317,27 @@ def _delete_scope(con: duckdb.DuckDBPyConnection, scope: dict[str, Any]) -> None
     where, params = _where(scope), list(scope.values())
     con.execute(f"DELETE FROM steps WHERE traj_id IN (SELECT traj_id FROM trajectories WHERE {where})", params)
     con.execute(f"DELETE FROM trajectories WHERE {where}", params)
+
+
+def _write_examples(con: duckdb.DuckDBPyConnection, checkpoint_id: str, benchmark: str, iteration: int,
+                    rows: Sequence[dict[str, Any]]) -> None:
+    """Replace a checkpoint's training pairs, inside the caller's transaction."""
+    df = pl.DataFrame(
+        {"checkpoint_id": [checkpoint_id] * len(rows), "position": list(range(len(rows))),
+         "benchmark": [benchmark] * len(rows), "iteration": [iteration] * len(rows),
+         "traj_id": [r.get("traj_id") for r in rows], "task_id": [r.get("task_id") for r in rows],
+         "t": [r.get("t") for r in rows],
+         "prompt": [_text(json.dumps(r["prompt"], ensure_ascii=False)) for r in rows],
+         "completion": [_text(json.dumps(r["completion"], ensure_ascii=False)) for r in rows],
+         "kept": [bool(r.get("kept", True)) for r in rows], "created_at": [_now()] * len(rows)},
+        schema={"checkpoint_id": pl.Utf8, "position": pl.Int32, "benchmark": pl.Utf8, "iteration": pl.Int32,
+                "traj_id": pl.Utf8, "task_id": pl.Utf8, "t": pl.Int32, "prompt": pl.Utf8, "completion": pl.Utf8,
+                "kept": pl.Boolean, "created_at": pl.Datetime("us")},
+    )
+    con.execute("DELETE FROM training_examples WHERE checkpoint_id = ?", [checkpoint_id])
+    con.register("new_examples", df.to_arrow())
+    con.execute("INSERT INTO training_examples SELECT * FROM new_examples")
+    con.unregister("new_examples")
 
 
 def _create_views(con: duckdb.DuckDBPyConnection) -> None:
@@ -285,28 +363,36 @@ class Store:
         if read_only:
             if not self.path.is_file():
                 raise FileNotFoundError(f"no store at {self.path}: nothing to read")
+            check_store(self.path, whole=False, lock_timeout_s=lock_timeout_s)
             return
+        check_store(self.path, whole=False, lock_timeout_s=lock_timeout_s)  # read-only: refused before any write
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.connect() as con:
             _migrate(con)
-            _check_schema(con, self.path)
             con.execute(SCHEMA)
             _create_views(con)
 
     @contextmanager
     def connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        deadline = time.monotonic() + self.lock_timeout_s
+        with self._open(self.path, read_only=self.read_only, lock_timeout_s=self.lock_timeout_s) as con:
+            yield con
+
+    @staticmethod
+    @contextmanager
+    def _open(path: Path, *, read_only: bool, lock_timeout_s: float) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection to `path`, retried while another process holds DuckDB's file lock."""
+        deadline = time.monotonic() + lock_timeout_s
         delay = 0.05
         while True:
             try:
-                con = duckdb.connect(str(self.path), read_only=self.read_only)
+                con = duckdb.connect(str(path), read_only=read_only)
                 break
             except duckdb.IOException as exc:  # another process holds the write lock
                 if not _is_lock_error(exc):
                     raise
                 if time.monotonic() > deadline:
                     raise StoreBusyError(
-                        f"The store {self.path} stayed locked for {self.lock_timeout_s:.0f} s by "
+                        f"The store {path} stayed locked for {lock_timeout_s:.0f} s by "
                         f"{_lock_holder(str(exc))}. Close that connection (a notebook or `duckdb` shell left "
                         "open?) or stop that process, then re-run."
                     ) from None
@@ -531,22 +617,11 @@ class Store:
     def write_training_examples(self, checkpoint_id: str, benchmark: str, iteration: int,
                                 rows: Sequence[dict[str, Any]]) -> None:
         """Replace a checkpoint's (prompt, completion) pairs; `kept` False = dropped as too long."""
-        df = pl.DataFrame(
-            {"checkpoint_id": [checkpoint_id] * len(rows), "position": list(range(len(rows))),
-             "benchmark": [benchmark] * len(rows), "iteration": [iteration] * len(rows),
-             "traj_id": [r.get("traj_id") for r in rows], "task_id": [r.get("task_id") for r in rows],
-             "t": [r.get("t") for r in rows],
-             "prompt": [_text(json.dumps(r["prompt"], ensure_ascii=False)) for r in rows],
-             "completion": [_text(json.dumps(r["completion"], ensure_ascii=False)) for r in rows],
-             "kept": [bool(r.get("kept", True)) for r in rows], "created_at": [_now()] * len(rows)},
-            schema={"checkpoint_id": pl.Utf8, "position": pl.Int32, "benchmark": pl.Utf8, "iteration": pl.Int32,
-                    "traj_id": pl.Utf8, "task_id": pl.Utf8, "t": pl.Int32, "prompt": pl.Utf8, "completion": pl.Utf8,
-                    "kept": pl.Boolean, "created_at": pl.Datetime("us")},
-        )
         with self.transaction() as con:
-            con.execute("DELETE FROM training_examples WHERE checkpoint_id = ?", [checkpoint_id])
-            con.register("new_examples", df.to_arrow())
-            con.execute("INSERT INTO training_examples SELECT * FROM new_examples")
+            _write_examples(con, checkpoint_id, benchmark, iteration, rows)
+
+    def has_training_examples(self, checkpoint_id: str) -> bool:
+        return bool(self.query("SELECT count(*) FROM training_examples WHERE checkpoint_id = ?", [checkpoint_id]).item())
 
     def training_examples(self, checkpoint_id: str, *, kept_only: bool = True) -> list[dict[str, Any]]:
         """A checkpoint's training pairs in training order (prompt/completion as chat messages)."""
@@ -557,17 +632,26 @@ class Store:
                 for r in df.iter_rows(named=True)]
 
     # -- checkpoints and evaluations -------------------------------------------
-    def record_checkpoint(self, row: dict[str, Any]) -> None:
+    def record_checkpoint(self, row: dict[str, Any], training_examples: Sequence[dict[str, Any]] | None = None) -> None:
+        """Record a checkpoint; with `training_examples` (its pairs, as `write_training_examples` takes them) in
+        the same transaction: a kill leaves both or neither."""
         row = {"method": self.method, **row, "lineage": json.dumps(row.get("lineage", {}), default=str),
                "created_at": _now()}
         cols = ["checkpoint_id", "benchmark", "iteration", "path", "base_model", "n_examples",
                 "n_trajectories", "train_loss", "lineage", "created_at", "method"]
         with self.transaction() as con:
+            if training_examples is not None:
+                _write_examples(con, row["checkpoint_id"], row["benchmark"], row["iteration"], training_examples)
             con.execute("DELETE FROM checkpoints WHERE checkpoint_id = ?", [row["checkpoint_id"]])
             con.execute(
                 f"INSERT INTO checkpoints ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
                 [row.get(c) for c in cols],
             )
+
+    def checkpoint_recorded(self, checkpoint_id: str, path: str | Path) -> bool:
+        """Whether a checkpoint row has this id or this directory."""
+        return bool(self.query("SELECT count(*) FROM checkpoints WHERE checkpoint_id = ? OR path = ?",
+                               [checkpoint_id, str(path)]).item())
 
     def latest_checkpoint(self, benchmark: str, iteration: int) -> dict[str, Any] | None:
         df = self.query(

@@ -7,6 +7,7 @@ every tick, and `pipeline.run_flywheel` calls them before its first run.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -74,8 +75,9 @@ def check_model_path(path: str | Path, *, what: str = "policy.base_model_path") 
 
 
 def check_data(benchmark: str, splits: Iterable[str] = ("train", "seen", "unseen"), *,
-               refs: dict[str, str] | None = None) -> None:
-    """The benchmark's offline data is where the loaders look (cheap: reads the split files only).
+               refs: dict[str, str] | None = None, task_types: tuple[str, ...] | None = None) -> None:
+    """The benchmark's offline data is where the loaders look (cheap: reads the split files only), and
+    `task_types` (when given) are task types it has.
 
     A spec whose tasks live in code says so (`needs_data_dir = False`): no data folder is required."""
     spec = get_benchmark(check_benchmark(benchmark, refs=refs), refs)
@@ -87,9 +89,29 @@ def check_data(benchmark: str, splits: Iterable[str] = ("train", "seen", "unseen
         )
     for split in splits:
         try:
-            spec.load_tasks(split, limit=1)
+            spec.load_tasks(split, limit=1, task_types=task_types)
         except MissingDataError as exc:
             raise ConfigurationError(f"{benchmark} data missing for split {split!r}: {exc}") from None
+        except ValueError as exc:  # an unknown task type
+            raise ConfigurationError(f"{benchmark}: {exc} Fix --task-types / envs.task_types.") from None
+
+
+def check_writable_dir(path: Path, what: str) -> Path:
+    """`path` is a folder this process can write into (made later if missing), or a one-line error naming `what`."""
+    if path.exists() and not path.is_dir():
+        raise ConfigurationError(f"{what} {path} is a file, not a folder: point {what} at a folder")
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigurationError(f"{what} {path} cannot be written ({existing} is not a writable folder): "
+                                 f"point {what} at a writable folder")
+    return path
+
+
+def check_plain_name(name: str, what: str) -> str:
+    """`name` if it is a plain file name (it becomes a folder or file name): no '/', no '..'."""
+    if not name or Path(name).name != name or name in (".", "..") or "\\" in name:
+        raise ConfigurationError(f"{what} {name!r} must be a plain file name (no '/', no '..'): rename it")
+    return name
 
 
 def check_positive(value: int | float, name: str) -> None:

@@ -26,7 +26,8 @@ def test_every_demo_flag_reaches_the_field_it_names(tmp_path):
     argv = ["demo", "--runs-dir", str(tmp_path)]
     expected = {}
     for flag, (section, field, default, _) in DEMO_FIELDS.items():
-        value = "float32" if field == "dtype" else default + 1  # a value that is not the default
+        # a value that is not the default, within its bound (learning_rate <= 1)
+        value = "float32" if field == "dtype" else default / 2 if field == "learning_rate" else default + 1
         argv += ["--" + flag.replace("_", "-"), str(value)]
         expected[("policy" if section == "inference" else section, field)] = value
     res = demo_resources(build_parser().parse_args(argv))

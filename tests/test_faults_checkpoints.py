@@ -80,3 +80,55 @@ def test_train_sft_never_overwrites_a_checkpoint_directory(tmp_path):
     res = train_sft(tiny, rows, fresh, TrainConfig(max_steps=1, batch_size=2))
     assert res.path == str(fresh) and (fresh / "config.json").exists()
     assert sorted(p.name for p in fresh.parent.iterdir()) == ["scienceworld-k0-x", "scienceworld-k0-y"]  # no .partial
+
+
+def test_a_checkpoint_and_its_training_pairs_are_recorded_together(tmp_path):
+    db = _store_with_seeds(tmp_path / "fw.duckdb")
+    pairs = [{"prompt": [{"role": "user", "content": "p"}], "completion": [{"role": "assistant", "content": "c"}]}]
+    with pytest.raises(Exception, match="many"):  # the checkpoint row fails after its pairs were written: neither stays
+        db.record_checkpoint({"checkpoint_id": "c", "benchmark": BENCH, "iteration": 0, "n_examples": "many"},
+                             training_examples=pairs)
+    assert db.query("SELECT count(*) FROM training_examples").item() == 0
+    assert db.latest_checkpoint(BENCH, 0) is None
+
+    calls: list[Path] = []
+    first = materialize_sft(tmp_path, calls)
+    ck = first["checkpoint_id"].value
+    assert db.has_training_examples(ck)
+    # What a kill between the two writes left before (a checkpoint without its pairs) is not reused: retrained.
+    db.query("DELETE FROM training_examples WHERE checkpoint_id = ?", [ck])
+    again = materialize_sft(tmp_path, calls)
+    assert len(calls) == 2 and again["reused"].value is False and db.has_training_examples(again["checkpoint_id"].value)
+
+
+def test_a_killed_sfts_leftovers_are_removed_by_the_next_run_and_recorded_ones_kept(tmp_path):
+    _store_with_seeds(tmp_path / "fw.duckdb")
+    calls: list[Path] = []
+    kept = Path(materialize_sft(tmp_path, calls, max_train_steps=3)["path"].value)  # recorded: never removed
+    folder = kept.parent
+    foreign = folder / f"{BENCH}-k0-other-store"  # no marker of this store: not ours to remove
+    foreign.mkdir()
+    killed: list[Path] = []
+
+    def killed_train(base, examples, out, cfg, progress=None):  # dies after publishing, before the record
+        killed.append(Path(out))
+        Path(str(out) + ".partial").mkdir()
+        Path(out).mkdir()
+        raise RuntimeError("killed")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(training_assets, "train_sft", killed_train)
+        result = dg.materialize(
+            [training_assets.sft_checkpoint], partition_key=str(partition_key(BENCH, 0)),
+            instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
+            resources={"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "envs": EnvResource(),
+                       "policy": TransformersPolicy(base_model_path="unused", checkpoints_dir=str(tmp_path / "ck")),
+                       "curriculum": CurriculumResource(), "loop": LoopResource()})
+    assert not result.success
+    [left] = killed
+    assert left.is_dir() and Path(str(left) + ".partial").is_dir()
+
+    materialize_sft(tmp_path, calls)  # the next run cleans up what the killed one left
+    assert not left.exists() and not Path(str(left) + ".partial").exists()
+    assert (kept / "config.json").is_file() and foreign.is_dir() and calls[-1].is_dir()
+    assert not list(folder.glob("*.started"))

@@ -96,3 +96,72 @@ def test_foreign_schema_is_refused_before_anything_is_written(tmp_path):
     # Our own file opens as before.
     Store(tmp_path / "fw.duckdb").upsert_tasks([{"benchmark": "b", "split": "s", "task_id": "t"}])
     assert Store(tmp_path / "fw.duckdb").query("SELECT count(*) FROM tasks").item() == 1
+
+
+# -- (d) a store that cannot be read whole, or of a newer schema: refused by every command, nothing written ---
+
+def _filled_store(path):
+    """A store with enough rows that DuckDB writes them to data blocks (not only its WAL)."""
+    Store(path)
+    con = duckdb.connect(str(path))
+    con.execute("INSERT INTO steps SELECT 't' || i, i, repeat('observation ', 40) || i, 'th', 'pl', 'look', 'o', "
+                "0, false, false, 1, 1 FROM range(40000) r(i)")
+    con.close()
+    return path
+
+
+def _damaged(tmp_path):
+    good = _filled_store(tmp_path / "good.duckdb")
+    raw = good.read_bytes()
+    corrupt = bytearray(raw)
+    corrupt[len(raw) // 2 : len(raw) // 2 + 4096] = b"\xff" * 4096  # a block's checksum no longer matches
+    return {"truncated": raw[: len(raw) // 2], "zero-byte": b"", "corrupt": bytes(corrupt)}
+
+
+def _one_line_exit_2(capsys, argv, what):
+    from flywheel.cli import main
+
+    assert main(argv) == 2, what
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nothing was written" in err[0], (what, err)
+    return err[0]
+
+
+@pytest.mark.parametrize("command", ["report", "export", "demo", "experiment", "paper"])
+def test_a_damaged_store_is_refused_by_every_command_before_anything_is_written(tmp_path, capsys, command):
+    preset = tmp_path / "mini.yaml"
+    preset.write_text("name: mini\nbenchmark: webshop\niterations: 0\nmodel: tiny\n")  # its one arm: bpo
+    for kind, content in _damaged(tmp_path).items():
+        runs = tmp_path / kind
+        db = runs / ("bpo" if command in ("experiment", "paper") else "") / "flywheel.duckdb"
+        db.parent.mkdir(parents=True)
+        db.write_bytes(content)
+        argv = {"report": ["report", "--runs-dir", str(runs)],
+                "export": ["export", "--runs-dir", str(runs), "--out", str(tmp_path / f"out-{kind}")],
+                "demo": ["demo", "--benchmark", "webshop", "--runs-dir", str(runs)],
+                "experiment": ["experiment", str(preset), "--runs-dir", str(runs),
+                               "--results-dir", str(tmp_path / f"res-{kind}")],
+                "paper": ["paper", str(preset), "--runs-dir", str(runs),
+                          "--results-dir", str(tmp_path / f"res-{kind}")]}[command]
+        line = _one_line_exit_2(capsys, argv, kind)
+        assert str(db) in line and ("move this one aside" in line), line
+        assert db.read_bytes() == content, kind  # not a byte written
+        assert sorted(p.name for p in db.parent.iterdir()) == ["flywheel.duckdb"], kind  # no WAL, no checkpoints
+        assert not (tmp_path / f"out-{kind}").exists() and not (tmp_path / f"res-{kind}").exists()
+
+
+def test_a_store_of_a_newer_schema_is_refused_in_one_line(tmp_path, capsys):
+    for change in ("ALTER TABLE tasks ADD COLUMN difficulty INTEGER", "CREATE TABLE task_notes (task_id VARCHAR)"):
+        runs = tmp_path / change.split()[2]
+        db = runs / "flywheel.duckdb"
+        Store(db)
+        con = duckdb.connect(str(db))
+        con.execute(change)
+        con.close()
+        before = db.read_bytes()
+        with pytest.raises(ForeignStoreError, match="newer flywheel.*nothing was written"):
+            Store(db)
+        line = _one_line_exit_2(capsys, ["report", "--runs-dir", str(runs)], change)
+        assert str(db) in line and "upgrade flywheel" in line
+        _one_line_exit_2(capsys, ["demo", "--benchmark", "webshop", "--runs-dir", str(runs)], change)
+        assert db.read_bytes() == before

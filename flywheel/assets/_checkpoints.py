@@ -2,8 +2,10 @@
 
 
 import json
+import shutil
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,4 +38,31 @@ def reusable_checkpoint(db: Store, benchmark: str, iteration: int, fingerprint: 
         return None
     if lineage.get("fingerprint") != fingerprint or not (Path(ckpt["path"]) / "config.json").is_file():
         return None
+    if not db.has_training_examples(ckpt["checkpoint_id"]):  # recorded by an older flywheel without its pairs
+        return None
     return ckpt
+
+
+def begin_checkpoint(db: Store, out: Path, benchmark: str, iteration: int, *,
+                     log: Callable[[str], None] = print) -> Path:
+    """Before training into `out`: remove what an SFT of (benchmark, k) killed earlier, in this store, left in
+    the checkpoints folder (its `.partial` work directory; a directory published but never recorded), then
+    mark `out` as started by this store; returns the marker (delete it once the checkpoint is recorded).
+
+    Only directories this store's marker names are removed, never a recorded one: the folder may be
+    shared by other stores (a profile's `policy.checkpoints_dir`)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    owner = str(db.path.resolve())
+    for marker in out.parent.glob(f"{benchmark}-k{iteration}-*.started"):
+        if marker.read_text() != owner:
+            continue
+        left = marker.with_suffix("")
+        if not db.checkpoint_recorded(left.name, left):
+            for d in (left.with_name(left.name + ".partial"), left):
+                if d.exists():
+                    log(f"removing {d}: left by an SFT that was killed before its checkpoint was recorded")
+                    shutil.rmtree(d)
+        marker.unlink()
+    marker = out.with_name(out.name + ".started")
+    marker.write_text(owner)
+    return marker

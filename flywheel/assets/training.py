@@ -21,7 +21,12 @@ from pathlib import Path
 
 import dagster as dg
 
-from flywheel.assets._checkpoints import checkpoint_for, new_checkpoint_id, reusable_checkpoint
+from flywheel.assets._checkpoints import (
+    begin_checkpoint,
+    checkpoint_for,
+    new_checkpoint_id,
+    reusable_checkpoint,
+)
 from flywheel.assets.curriculum import CurriculumResource, synthetic_curriculum
 from flywheel.curriculum.order import assign_buckets, grade
 from flywheel.curriculum.tables import write_training_order
@@ -129,6 +134,7 @@ def sft_checkpoint(
     # One directory per checkpoint id, published atomically: a recorded checkpoint is never overwritten.
     checkpoint_id = new_checkpoint_id(benchmark, k)
     out = Path(policy.checkpoints_dir) / benchmark / checkpoint_id
+    marker = begin_checkpoint(db, out, benchmark, k, log=context.log.warning)  # cleans a killed run's leftovers
     started = time.monotonic()
     # sft_backend "ray": the same train_sft as a Ray Train job on the cluster (README "Scaling out on Ray").
     train = train_sft if policy.sft_backend == "local" else policy.train
@@ -146,17 +152,16 @@ def sft_checkpoint(
                # Equal weights, equal hash: arms that share this k=0 across machines check it (flywheel.provenance).
                "weights_sha256": weights_sha256(result.path),
                "examples_never_trained": examples_never_trained(result.n_examples, cfg, result.world_size)}
-    db.record_checkpoint({
-        "checkpoint_id": checkpoint_id, "benchmark": benchmark, "iteration": k, "path": result.path,
-        "base_model": start_model, "n_examples": result.n_examples, "n_trajectories": len(trajs),
-        "train_loss": result.train_loss, "lineage": lineage,
-    })
     # The exact pairs this checkpoint trained on, in order (dropped ones flagged): `flywheel export`.
     traj_ids = [tr.traj_id for tr in trajs for _ in tr.steps]
     dropped = set(result.dropped)
-    db.write_training_examples(checkpoint_id, benchmark, k, [
-        {**ex, "traj_id": tid, "kept": i not in dropped}
-        for i, (ex, tid) in enumerate(zip(examples, traj_ids, strict=True))])
+    db.record_checkpoint({  # the checkpoint and its pairs in one transaction: both or neither
+        "checkpoint_id": checkpoint_id, "benchmark": benchmark, "iteration": k, "path": result.path,
+        "base_model": start_model, "n_examples": result.n_examples, "n_trajectories": len(trajs),
+        "train_loss": result.train_loss, "lineage": lineage,
+    }, training_examples=[{**ex, "traj_id": tid, "kept": i not in dropped}
+                          for i, (ex, tid) in enumerate(zip(examples, traj_ids, strict=True))])
+    marker.unlink()
     never = lineage["examples_never_trained"]
     if never:
         context.log.warning(

@@ -13,10 +13,31 @@ from dataclasses import dataclass
 from typing import Protocol
 
 Message = dict[str, str]
-_ACTION_LINE = re.compile(r"Action:[^\n]*\S[^\n]*\n")
 # One phrase of 2-60 characters repeated 8+ times in a row: a small model stuck in a loop.
 _LOOP = re.compile(r"(.{2,60}?)\1{7,}", re.S)
 LOOP_WINDOW = 1000  # characters at the end of an answer searched for a loop
+# An answer can hold at most this many characters per generated token; anything longer (a server
+# ignoring max_tokens, a hostile endpoint) is cut to it before it is parsed (`clip_answer`).
+MAX_CHARS_PER_TOKEN = 16
+
+
+def clip_answer(text: str, max_new_tokens: int) -> str:
+    """`text` cut to what `max_new_tokens` tokens can hold (MAX_CHARS_PER_TOKEN each)."""
+    return text[: max(max_new_tokens, 1) * MAX_CHARS_PER_TOKEN]
+
+
+def action_line_end(text: str) -> int:
+    """The end (past its newline) of the first complete action line: `Action:`, something not blank,
+    then a newline; -1 when there is none. Linear in len(text): no regex backtracking."""
+    start = text.find("Action:")
+    while start != -1:
+        newline = text.find("\n", start)
+        if newline == -1:
+            return -1
+        if text[start + 7 : newline].strip():
+            return newline + 1
+        start = text.find("Action:", start + 7)  # a blank action line holds no other `Action:`
+    return -1
 
 
 def looping(text: str) -> bool:
@@ -27,7 +48,7 @@ def looping(text: str) -> bool:
     looping; 3 of 1,068 steps with an action had an 5-fold repeat before it), so generation can stop
     there: the step is the same invalid-format step, without the rest of the token budget.
     """
-    return _ACTION_LINE.search(text) is None and _LOOP.search(text[-LOOP_WINDOW:]) is not None
+    return action_line_end(text) == -1 and _LOOP.search(text[-LOOP_WINDOW:]) is not None
 
 
 @dataclass(frozen=True)
@@ -54,8 +75,8 @@ class Generator(Protocol):
 
 def cut_after_action(text: str) -> str:
     """Keep everything up to and including the first complete action line."""
-    m = _ACTION_LINE.search(text)
-    return text[: m.end() - 1] if m else text.strip()
+    end = action_line_end(text)
+    return text[: end - 1] if end != -1 else text.strip()
 
 
 def action_line_stop(tokenizer, prompt_len: int, newline_ids, *, stop_on_loop: bool = False, loop_every: int = 8):
@@ -78,7 +99,7 @@ def action_line_stop(tokenizer, prompt_len: int, newline_ids, *, stop_on_loop: b
                 self.done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
             fresh = torch.isin(input_ids[:, -1], newline_ids) & ~self.done
             for row in fresh.nonzero().flatten().tolist():
-                if _ACTION_LINE.search(tokenizer.decode(input_ids[row, prompt_len:], skip_special_tokens=True)):
+                if action_line_end(tokenizer.decode(input_ids[row, prompt_len:], skip_special_tokens=True)) != -1:
                     self.done[row] = True
             if stop_on_loop and (input_ids.shape[1] - prompt_len) % loop_every == 0:
                 for row in (~self.done).nonzero().flatten().tolist():
@@ -213,7 +234,7 @@ class OpenAICompatibleGenerator:
                 )
             except Exception as exc:  # noqa: BLE001 - its message may echo the key: re-raised redacted
                 raise RuntimeError(f"policy endpoint failed: {self.redact.exception(exc)}") from None
-            text = self.redact(cut_after_action(resp.choices[0].message.content or ""))
+            text = self.redact(cut_after_action(clip_answer(resp.choices[0].message.content or "", max_new_tokens)))
             usage = resp.usage
             return Generation(
                 text=text,

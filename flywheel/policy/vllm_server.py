@@ -47,10 +47,11 @@ from typing import Literal
 
 from envs.owned import clean_signals
 from flywheel.policy.inference import (
-    _ACTION_LINE,
     Generation,
     Message,
     OpenAICompatibleGenerator,
+    action_line_end,
+    clip_answer,
     cut_after_action,
     looping,
 )
@@ -471,13 +472,13 @@ class StreamingOpenAIGenerator(OpenAICompatibleGenerator):
                 if chunk.choices and chunk.choices[0].delta.content:
                     text += chunk.choices[0].delta.content
                     chunks += 1
-                    if "\n" in chunk.choices[0].delta.content and _ACTION_LINE.search(text):
+                    if "\n" in chunk.choices[0].delta.content and action_line_end(text) != -1:
                         break
                     if self.stop_on_loop and chunks % 8 == 0 and looping(text):
                         break
         finally:
             stream.close()
-        return Generation(text=cut_after_action(text), prompt_tokens=prompt_tokens,
+        return Generation(text=cut_after_action(clip_answer(text, max_new_tokens)), prompt_tokens=prompt_tokens,
                           completion_tokens=completion_tokens)
 
     def generate(
