@@ -139,5 +139,5 @@ def test_paper_without_stores_says_where_it_looked(tmp_path, monkeypatch, capsys
     monkeypatch.setenv("FLYWHEEL_PROFILE", str(tmp_path / "profile.yaml"))
     assert main(["paper", "cpu-scienceworld-quick", "--results-dir", str(tmp_path / "paper")]) == 2
     err = capsys.readouterr().err
-    assert "no experiment store found" in err and str(tmp_path / "runs" / "experiments" / "cpu-scienceworld-quick") in err
+    assert "no experiment store or committed arm results found" in err and str(tmp_path / "runs" / "experiments" / "cpu-scienceworld-quick") in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "paper").exists()

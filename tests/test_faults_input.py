@@ -46,7 +46,7 @@ def preset(tmp_path, **fields):
     ({"envs": {"max_steps": -1}}, ["envs.max_steps must be"]),
     ({"arms": {"a": {"method": {"start_from": "a"}}}}, ["start_from 'a' must name another arm"]),
     ({"arms": {"a": {"method": {"start_from": "nosuch"}}}}, ["start_from 'nosuch'"]),
-    ({"arms": {"a": {"method": {"start_from": "b"}}, "b": {"method": {"start_from": "a"}}}}, ["without a cycle"]),
+    ({"arms": {"a": {"method": {"start_from": "b"}}, "b": {"method": {"start_from": "a"}}}}, ["in a cycle"]),
     ({"name": "../../../x"}, ["name '../../../x' must be a plain file name"]),
     ({"arms": {"../x": {}}}, ["arm '../x' must be a plain file name"]),
 ])

@@ -26,8 +26,9 @@ def test_examples_are_fused_one_per_step():
 @pytest.mark.parametrize("lora", [False, True])
 def test_train_sft_writes_a_loadable_checkpoint(tmp_path, tiny, lora, capsys):
     rows = sft_examples([make_traj(n=3), make_traj(task="t2", n=2)], lambda t: "instr")
+    # max_steps 2 rounds to one whole pass over the 5 examples: 3 steps of 2 (TrainConfig.whole_passes)
     res = train_sft(tiny, rows, tmp_path / "ck", TrainConfig(max_steps=2, batch_size=2, learning_rate=1e-3, lora=lora, lora_r=4))
-    assert res.n_examples == 5 and res.steps == 2 and res.train_loss > 0
+    assert res.n_examples == 5 and res.steps == 3 and res.train_loss > 0
     assert "'loss'" not in capsys.readouterr().out  # the Trainer's log dicts go to the log, not stdout
     assert json.loads((tmp_path / "ck" / "training.json").read_text())["config"]["lora"] is lora
     assert not (tmp_path / "ck.partial").exists()

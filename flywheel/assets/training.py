@@ -41,6 +41,14 @@ from flywheel.store import Store
 from flywheel.trajectory import Trajectory
 
 
+def _weights_hash(path: str) -> str | None:
+    """The checkpoint's weights hash (flywheel.provenance.weights_sha256); None for a folder without weight files."""
+    try:
+        return weights_sha256(path)
+    except FileNotFoundError:
+        return None
+
+
 def gated_trajectories(db: Store, ids: list[str], *, drop_invalid_steps: bool = False) -> list[Trajectory]:
     """The gated trajectories `ids`, as the gate compared them and SFT trains on them: without the steps the
     env rejected when `drop_invalid_steps` (`LoopResource.gate_drops_invalid_steps`)."""
@@ -150,7 +158,7 @@ def sft_checkpoint(
                                        * result.world_size / max(result.n_examples, 1)),
                "train_seconds": round(time.monotonic() - started, 1),
                # Equal weights, equal hash: arms that share this k=0 across machines check it (flywheel.provenance).
-               "weights_sha256": weights_sha256(result.path),
+               "weights_sha256": _weights_hash(result.path),
                "examples_never_trained": examples_never_trained(result.n_examples, cfg, result.world_size)}
     # The exact pairs this checkpoint trained on, in order (dropped ones flagged): `flywheel export`.
     traj_ids = [tr.traj_id for tr in trajs for _ in tr.steps]
