@@ -16,28 +16,35 @@ from pathlib import Path
 # section (so the demo trains as the UI's runs of the same profile do), else from the default here
 # (`demo_settings`).
 #
-# The defaults are sized so that `make demo` (ScienceWorld, SmolLM2-135M in float32, the in-process
-# transformers policy) runs the whole chain in about 15 minutes on a 2-core AVX2 CPU (README "Two
-# commands"), where an SFT step of 8 x ~1,000 tokens takes ~50 s and generation dominates rollouts:
-# - 8 training tasks x 2 samples = 16 rollout episodes (and seeds from the same 8 tasks);
-# - 4 evaluation tasks per split (seen, unseen) = 8 greedy episodes per checkpoint, 16 in all: a smoke
-#   test of the chain whose table prints n and Wilson intervals (n=4 says how little it shows);
-# - at most 6 env steps: the demo's task types have 3-6-step gold paths with the shortcut expert;
-# - 8 SFT steps of 4 examples per checkpoint (32 examples, about half of the ~70 k=0 examples), at a
-#   learning rate of 3e-4 (a few steps must teach the answer format), on examples cut to 768 tokens;
-# - 2 past steps in a prompt, each observation cut to 250 characters (shorter prompts: faster
-#   prefill in generation and in SFT);
-# - 128 new tokens per step: the teacher's ScienceWorld answers (thought, plan, action) are at most
-#   ~136 tokens, and generation stops at the action line; answers stuck in a loop stop there;
-# - 16 envs side by side: every rollout episode of an iteration in one generation batch.
+# The defaults are sized so that `make demo` (ScienceWorld's demo task types, SmolLM2-135M in float32,
+# the in-process transformers policy) runs the whole chain in about 15 minutes on a 2-core AVX2 CPU
+# (README "Two commands"). Measured there: an SFT step of 4 examples of ~550 tokens takes ~20-30 s;
+# generation is the larger cost: a prefill of 16 prompts x 450 tokens ~15-45 s and each generated token
+# ~0.3-1 s for the whole batch, so a generation "tick" (one env step of every episode in the batch) costs
+# ~max_new_tokens decode steps, and each generating asset (rollouts, two evaluations) costs ~max_steps ticks.
+# - 8 training tasks x 1 sample = 8 rollout episodes at temperature 0.7 (seeds from the same 8 tasks:
+#   ~70 SFT examples with the synthetic curriculum);
+# - 3 evaluation tasks per split (seen, unseen) = 6 greedy episodes per checkpoint, in one batch: a smoke
+#   test of the chain; its table prints n and Wilson intervals, and n=3 says how little it shows;
+# - at most 5 env steps: the demo task types' shortcut gold paths are 3-5 steps;
+# - 6 SFT steps of 4 examples per checkpoint (24 of the ~70 examples), learning rate 3e-4 (a few steps
+#   must teach the answer format), examples of at most 768 tokens (longer ones are dropped; the demo's
+#   are ~450-650);
+# - 2 past steps in a prompt, each cut to 250 characters: prompts of ~350-550 tokens;
+# - 128 new tokens per step: the teacher's answers (thought, plan, action) are median ~110, p90 ~134
+#   tokens; generation stops at the action line, and an answer stuck in a loop stops there;
+# - 16 envs side by side: every episode of a generating asset in one batch;
+# - an empty reward gate does not stop the demo (it trains k=1 anyway and says so), so a first run
+#   shows every stage; a profile's `loop.continue_on_empty_gate: false` (or the flag) stops it there,
+#   as the sensor would.
 DEMO_FIELDS: dict[str, tuple[str, str, object, str]] = {
     "train_tasks": ("envs", "train_limit", 8, "training tasks (seeds and rollouts)"),
-    "eval_tasks": ("envs", "eval_limit", 4, "evaluation tasks per split"),
-    "max_steps": ("envs", "max_steps", 6, "env steps per episode"),
-    "samples": ("policy", "samples_per_task", 2, "rollouts per training task and iteration"),
+    "eval_tasks": ("envs", "eval_limit", 3, "evaluation tasks per split"),
+    "max_steps": ("envs", "max_steps", 5, "env steps per episode"),
+    "samples": ("policy", "samples_per_task", 1, "rollouts per training task and iteration"),
     "epochs": ("policy", "epochs", 3.0, "SFT epochs (when --max-train-steps is -1)"),
     "lr": ("policy", "learning_rate", 3e-4, "SFT learning rate"),
-    "max_train_steps": ("policy", "max_train_steps", 8, "SFT optimizer steps per checkpoint (-1: use epochs)"),
+    "max_train_steps": ("policy", "max_train_steps", 6, "SFT optimizer steps per checkpoint (-1: use epochs)"),
     "batch_size": ("policy", "batch_size", 4, "SFT batch size"),
     "max_length": ("policy", "max_length", 768, "SFT examples cut to this many tokens"),
     "max_new_tokens": ("policy", "max_new_tokens", 128, "generation budget per step"),
@@ -48,6 +55,8 @@ DEMO_FIELDS: dict[str, tuple[str, str, object, str]] = {
               "else float32), float32, bfloat16, float16"),
     "torch_threads": ("inference", "torch_threads", 0, "0 = torch default; 1 on a busy machine"),
     "stop_on_loop": ("inference", "stop_on_loop", True, "end an answer stuck in a loop before max_new_tokens"),
+    "continue_on_empty_gate": ("loop", "continue_on_empty_gate", True,
+                               "train k+1 after an empty reward gate (off: stop there, as the sensor does)"),
 }
 # Numeric flags checked against the bounds of the option named on the right (iterations is the run's, not a field).
 DEMO_OPTIONS = {"iterations": "iterations", **{flag: field for flag, (_, field, _, _) in DEMO_FIELDS.items()}}

@@ -57,7 +57,7 @@ PROFILE = """
 runs_dir: {runs}
 envs: {train_limit: 5, task_types: {scienceworld: [find-animal]}}
 policy: {history_window: 1, samples_per_task: 3, max_train_steps: 4}
-loop: {continue_on_empty_gate: true}
+loop: {continue_on_empty_gate: false}
 """
 
 
@@ -79,7 +79,7 @@ def test_a_flag_given_beats_the_profile_which_beats_the_demo_default(tmp_path):
     assert res["policy"].history_window == 1 and res["policy"].max_train_steps == 4  # the profile's
     assert res["envs"].task_types == {"scienceworld": ["find-animal"]}  # the profile's, not the spec's demo types
     assert res["policy"].batch_size == DEMO_FIELDS["batch_size"][2]  # neither: the demo's default
-    assert res["loop"].continue_on_empty_gate is True  # the profile's loop section
+    assert res["loop"].continue_on_empty_gate is False  # the profile's loop section, over the demo's default
     settings = demo_settings(args)
     assert settings["samples"] == (5, "flag") and settings["history_window"] == (1, "profile")
     assert settings["batch_size"][1] == "demo default"
