@@ -13,26 +13,71 @@ from pathlib import Path
 # Every demo flag that sets a resource field, declared once: flag -> (resource section, field, the
 # demo's default, help). The parser, the bounds check (flywheel/validation.py, under the field's name)
 # and `demo_resources` are all built from this table. `inference` rows apply to the in-process
-# transformers policy only.
+# transformers policy only. A value comes from the flag when it is given, else from the profile's
+# section (so the demo trains as the UI's runs of the same profile do), else from the default here
+# (`demo_settings`).
+#
+# The defaults are sized so that `make demo` (ScienceWorld's demo task types, SmolLM2-135M in float32,
+# the in-process transformers policy) runs the whole chain in about 15 minutes on a 2-core AVX2 CPU
+# (README "Two commands"). Measured there: an SFT step of 4 examples of ~550 tokens takes ~20-30 s;
+# generation is the larger cost: a prefill of 16 prompts x 450 tokens ~15-45 s and each generated token
+# ~0.3-1 s for the whole batch, so a generation "tick" (one env step of every episode in the batch) costs
+# ~max_new_tokens decode steps, and each generating asset (rollouts, two evaluations) costs ~max_steps ticks.
+# - 8 training tasks x 1 sample = 8 rollout episodes at temperature 0.7 (seeds from the same 8 tasks:
+#   ~70 SFT examples with the synthetic curriculum);
+# - 3 evaluation tasks per split (seen, unseen) = 6 greedy episodes per checkpoint, in one batch: a smoke
+#   test of the chain; its table prints n and Wilson intervals, and n=3 says how little it shows;
+# - at most 5 env steps: the demo task types' shortcut gold paths are 3-5 steps;
+# - 6 SFT steps of 4 examples per checkpoint (24 of the ~70 examples), learning rate 3e-4 (a few steps
+#   must teach the answer format), examples of at most 768 tokens (longer ones are dropped; the demo's
+#   are ~450-650);
+# - 2 past steps in a prompt, each cut to 250 characters: prompts of ~350-550 tokens;
+# - 128 new tokens per step: the teacher's answers (thought, plan, action) are median ~110, p90 ~134
+#   tokens; generation stops at the action line, and an answer stuck in a loop stops there;
+# - 16 envs side by side: every episode of a generating asset in one batch;
+# - an empty reward gate does not stop the demo (it trains k=1 anyway and says so), so a first run
+#   shows every stage; a profile's `loop.continue_on_empty_gate: false` (or the flag) stops it there,
+#   as the sensor would.
 DEMO_FIELDS: dict[str, tuple[str, str, object, str]] = {
-    "train_tasks": ("envs", "train_limit", 16, "training tasks (seeds and rollouts)"),
-    "eval_tasks": ("envs", "eval_limit", 6, "evaluation tasks per split"),
-    "max_steps": ("envs", "max_steps", 8, "env steps per episode"),
-    "samples": ("policy", "samples_per_task", 2, "rollouts per training task and iteration"),
+    "train_tasks": ("envs", "train_limit", 8, "training tasks (seeds and rollouts)"),
+    "eval_tasks": ("envs", "eval_limit", 3, "evaluation tasks per split"),
+    "max_steps": ("envs", "max_steps", 5, "env steps per episode"),
+    "samples": ("policy", "samples_per_task", 1, "rollouts per training task and iteration"),
     "epochs": ("policy", "epochs", 3.0, "SFT epochs (when --max-train-steps is -1)"),
-    "lr": ("policy", "learning_rate", 2e-4, "SFT learning rate"),
-    "max_train_steps": ("policy", "max_train_steps", 20, "SFT optimizer steps per checkpoint (-1: use epochs)"),
-    "batch_size": ("policy", "batch_size", 8, "SFT batch size"),
-    "max_new_tokens": ("policy", "max_new_tokens", 192, "generation budget per step"),
-    "parallel_envs": ("policy", "parallel_envs", 12, "envs played side by side (one generation batch)"),
-    "history_window": ("policy", "history_window", 6, "past (plan, action, observation) steps in a prompt"),
-    "max_observation_chars": ("policy", "max_observation_chars", 400, "observations in the history cut to this"),
+    "lr": ("policy", "learning_rate", 3e-4, "SFT learning rate"),
+    "max_train_steps": ("policy", "max_train_steps", 6, "SFT optimizer steps per checkpoint (-1: use epochs)"),
+    "batch_size": ("policy", "batch_size", 4, "SFT batch size"),
+    "max_length": ("policy", "max_length", 768, "SFT examples cut to this many tokens"),
+    "max_new_tokens": ("policy", "max_new_tokens", 128, "generation budget per step"),
+    "parallel_envs": ("policy", "parallel_envs", 16, "envs played side by side (one generation batch)"),
+    "history_window": ("policy", "history_window", 2, "past (plan, action, observation) steps in a prompt"),
+    "max_observation_chars": ("policy", "max_observation_chars", 250, "observations in the history cut to this"),
     "dtype": ("inference", "dtype", "auto", "inference dtype: auto (bfloat16 where the CPU/GPU has it natively, "
               "else float32), float32, bfloat16, float16"),
     "torch_threads": ("inference", "torch_threads", 0, "0 = torch default; 1 on a busy machine"),
+    "stop_on_loop": ("inference", "stop_on_loop", True, "end an answer stuck in a loop before max_new_tokens"),
+    "continue_on_empty_gate": ("loop", "continue_on_empty_gate", True,
+                               "train k+1 after an empty reward gate (off: stop there, as the sensor does)"),
 }
 # Numeric flags checked against the bounds of the option named on the right (iterations is the run's, not a field).
 DEMO_OPTIONS = {"iterations": "iterations", **{flag: field for flag, (_, field, _, _) in DEMO_FIELDS.items()}}
+
+
+def demo_settings(args: argparse.Namespace) -> dict[str, tuple[object, str]]:
+    """flag -> (value, where it came from: "flag", "profile" or "demo default"), for every DEMO_FIELDS row:
+    the flag if given, else the profile's field (an `inference` row reads the profile's `policy` section),
+    else the demo's default."""
+    sections = profile_of(args).sections
+    out: dict[str, tuple[object, str]] = {}
+    for flag, (section, field, default, _) in DEMO_FIELDS.items():
+        profile_section = sections.get("policy" if section == "inference" else section, {})
+        if getattr(args, flag) is not None:
+            out[flag] = (getattr(args, flag), "flag")
+        elif field in profile_section:
+            out[flag] = (profile_section[field], "profile")
+        else:
+            out[flag] = (default, "demo default")
+    return out
 
 
 def validate_demo_args(args: argparse.Namespace) -> None:
@@ -42,22 +87,36 @@ def validate_demo_args(args: argparse.Namespace) -> None:
 
     check_benchmark(args.benchmark, where="--benchmark", refs=profile_of(args).benchmark_refs)
     check_writable_dir(Path(args.runs_dir), "--runs-dir")
-    check_options({opt: getattr(args, flag) for flag, opt in DEMO_OPTIONS.items()},
-                  names={opt: "--" + flag.replace("_", "-") for flag, opt in DEMO_OPTIONS.items()})
+    settings = demo_settings(args)
+    values = {flag: value for flag, (value, _) in settings.items()} | {"iterations": args.iterations}
+
+    def named(flag: str) -> str:  # how the user gave the value: a flag, or a field of the profile
+        if flag in settings and settings[flag][1] == "profile":
+            section, field, _, _ = DEMO_FIELDS[flag]
+            return f"{profile_of(args).source}: {'policy' if section == 'inference' else section}.{field}"
+        return "--" + flag.replace("_", "-")
+
+    check_options({opt: values[flag] for flag, opt in DEMO_OPTIONS.items()},
+                  names={opt: named(flag) for flag, opt in DEMO_OPTIONS.items()})
     demo_options(args, _demo_spec(args))
 
 
 def profile_of(args: argparse.Namespace):
     """The one configuration of this command: --profile, else $FLYWHEEL_PROFILE (read here, when the
     command runs), else the built-in defaults; resolved once and kept on `args`. Fills the demo's
-    --runs-dir and --model from it when they were not given."""
-    from flywheel.profile import PROFILE_ENV, Profile, load_profile
+    --runs-dir and --model from it when they were not given; the demo's model (`smollm2`, `tiny` or a
+    folder, from --model or the profile's `model`) becomes its folder, `args.model_name` keeps the name
+    (`tiny` is built under the demo's --runs-dir by `cmd_demo`, as an experiment builds it under its runs)."""
+    from flywheel.profile import PROFILE_ENV, Profile, load_profile, model_folder
 
     if not isinstance(args.profile, Profile):
         args.profile = load_profile(args.profile if args.profile is not None else os.environ.get(PROFILE_ENV))
         if getattr(args, "runs_dir", "absent") is None and args.cmd == "demo":
             args.runs_dir = str(args.profile.runs_path / "demo")
-        if getattr(args, "model", "absent") is None:
+        if args.cmd == "demo":
+            args.model_name = args.model if args.model is not None else args.profile.model
+            args.model = model_folder(args.model_name, Path(args.runs_dir))
+        elif getattr(args, "model", "absent") is None:
             args.model = args.profile.model_path()
     return args.profile
 
@@ -72,8 +131,9 @@ def _instance():
 
 
 def demo_resources(args: argparse.Namespace) -> dict:
-    """The profile's resources (backends, teacher, every field the demo has no flag for), with the
-    demo's flags on top and its own store and checkpoints under --runs-dir."""
+    """The profile's resources (backends, teacher, loop, every field the demo has no flag for), with the
+    demo's settings (`demo_settings`: a flag given, else the profile's field, else the demo's default)
+    and its own store and checkpoints under --runs-dir."""
     from flywheel.profile import build_resources
 
     profile = profile_of(args)
@@ -82,20 +142,20 @@ def demo_resources(args: argparse.Namespace) -> dict:
     spec_options, env_options = demo_options(args, spec)
     b = args.benchmark
     sections = {name: dict(fields) for name, fields in profile.sections.items()}
-    sections.setdefault("envs", {}).update(
-        task_types={b: types} if (types := demo_task_types(args, spec)) else {},
-        spec_options={b: spec_options} if spec_options else {},
-        env_options={b: env_options} if env_options else {},
-    )
+    envs = sections.setdefault("envs", {})
+    for name, value in (("task_types", demo_task_types(args, spec)), ("spec_options", spec_options),
+                        ("env_options", env_options)):  # this benchmark's entry; the profile's others stay
+        envs[name] = {**{k: v for k, v in envs.get(name, {}).items() if k != b}, **({b: value} if value else {})}
     in_process = profile.policy_backend == "transformers"  # generation knobs of the in-process policy
+    settings = demo_settings(args)
     for flag, (section, field, _, _) in DEMO_FIELDS.items():
         if section == "inference":
             if not in_process:
                 continue
             section = "policy"
-        sections.setdefault(section, {})[field] = getattr(args, flag)
+        sections.setdefault(section, {})[field] = settings[flag][0]
     if in_process:
-        sections["policy"]["max_batch_size"] = args.parallel_envs
+        sections["policy"].setdefault("max_batch_size", settings["parallel_envs"][0])
     return build_resources(sections, policy_backend=profile.policy_backend, where="demo",
                            runs_dir=runs, model_path=args.model, max_iteration=profile.max_iteration,
                            benchmark_refs=profile.benchmark_refs)
@@ -108,9 +168,13 @@ def _demo_spec(args: argparse.Namespace):
 
 
 def demo_task_types(args: argparse.Namespace, spec) -> list[str]:
-    """--task-types if given, else the benchmark's own `demo_task_types` (none: all of its tasks)."""
+    """--task-types if given, else the profile's `envs.task_types` of the benchmark, else the benchmark's
+    own `demo_task_types` (none: all of its tasks)."""
     if args.task_types is not None:
         return list(args.task_types)
+    profile_types = profile_of(args).sections.get("envs", {}).get("task_types", {})
+    if args.benchmark in profile_types:
+        return list(profile_types[args.benchmark])
     return list(getattr(spec, "demo_task_types", None) or ())
 
 
@@ -118,15 +182,18 @@ def demo_options(args: argparse.Namespace, spec) -> tuple[dict, dict]:
     """(spec options, env options) for the demo's benchmark.
 
     The benchmark's own demo settings (`demo_spec_options`, `demo_env_options`: e.g. a small
-    model's compact prompt), then --spec-option / --env-option, then the --prompt and
-    --expert-path shorthands; an option the benchmark does not take is a ConfigurationError
-    that lists the ones it does.
+    model's compact prompt), then the profile's `envs.spec_options` / `envs.env_options` of the
+    benchmark, then --spec-option / --env-option, then the --prompt and --expert-path shorthands; an
+    option the benchmark does not take is a ConfigurationError that lists the ones it does.
     """
     from envs import check_env_options, configure_spec
     from flywheel.validation import ConfigurationError
 
-    spec_options = {**getattr(spec, "demo_spec_options", {}), **_key_values(args.spec_option, "--spec-option")}
-    env_options = {**getattr(spec, "demo_env_options", {}), **_key_values(args.env_option, "--env-option")}
+    envs = profile_of(args).sections.get("envs", {})
+    spec_options = {**getattr(spec, "demo_spec_options", {}), **envs.get("spec_options", {}).get(args.benchmark, {}),
+                    **_key_values(args.spec_option, "--spec-option")}
+    env_options = {**getattr(spec, "demo_env_options", {}), **envs.get("env_options", {}).get(args.benchmark, {}),
+                   **_key_values(args.env_option, "--env-option")}
     if args.prompt is not None:
         spec_options["prompt"] = args.prompt
     if args.expert_path is not None:
@@ -159,8 +226,8 @@ def _key_values(items: list[str] | None, flag: str) -> dict:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     validate_demo_args(args)  # first: before Dagster is even imported
-    from flywheel.pipeline import GateBlocked, StageFailed, results_table, run_flywheel
-    from flywheel.policy.models import require_model
+    from flywheel.experiment import resolve_model
+    from flywheel.pipeline import GateBlocked, StageFailed, run_flywheel
     from flywheel.store import Store, check_store
     from flywheel.validation import check_data
 
@@ -169,26 +236,74 @@ def cmd_demo(args: argparse.Namespace) -> int:
     check_data(args.benchmark, refs=profile_of(args).benchmark_refs,
                task_types=tuple(demo_task_types(args, _demo_spec(args))) or None)
 
-    require_model(args.model)
+    args.model = resolve_model(args.model_name, Path(args.runs_dir))  # `tiny`: built under --runs-dir once
     started = time.monotonic()
     resources = demo_resources(args)
-    stopped, gate_blocked = None, False
+    logging.getLogger("flywheel.demo").info("demo settings: %s", ", ".join(
+        f"--{flag.replace('_', '-')} {value} ({source})" for flag, (value, source) in demo_settings(args).items()))
+    stopped, gate_blocked, empty_gates = None, False, []
     try:
-        run_flywheel(args.benchmark, resources=resources, iterations=args.iterations, instance=_ready_instance(),
-                     benchmark_refs=profile_of(args).benchmark_refs)
+        empty_gates = run_flywheel(args.benchmark, resources=resources, iterations=args.iterations,
+                                   instance=_ready_instance(), benchmark_refs=profile_of(args).benchmark_refs)
     except GateBlocked as exc:  # nothing passed the reward gate: a measured result, reported as such
         stopped, gate_blocked = f"{exc} (no successful trajectory to refine on; the sensor would stop here too)", True
     except StageFailed as exc:
         stopped = str(exc)
     minutes = (time.monotonic() - started) / 60
+    store = Path(args.runs_dir) / "flywheel.duckdb"
     print(f"\n## {args.benchmark}: success of checkpoint k=0 (SFT on seeds) vs k={args.iterations} "
           f"(+ reward-gated self-refinement)\n")
-    print(results_table(Store(Path(args.runs_dir) / "flywheel.duckdb"), args.benchmark))
-    print(f"\nwall time: {minutes:.1f} min; store: {args.runs_dir}/flywheel.duckdb; teacher: scripted")
+    print(demo_table(Store(store), args.benchmark))
+    print("\nsuccess: % of greedy evaluation episodes with a 95% Wilson interval and (successes/n); the same tasks "
+          "for every checkpoint. A demo-sized n shows the chain runs, not whether k beats k-1: an experiment "
+          "measures that.")
+    if empty_gates:
+        print(f"empty reward gate(s), trained on anyway (loop.continue_on_empty_gate): {'; '.join(empty_gates)}")
+    teacher = "scripted" if type(resources["teacher"]).__name__ == "ScriptedTeacherResource" else "openai-compatible"
+    print(f"\nwall time: {minutes:.1f} min; store: {store}; teacher: {teacher}; model: {args.model}")
+    profile = profile_of(args)
+    env = f"FLYWHEEL_PROFILE={profile.source} " if profile.source else ""
+    print(f"the same jobs in the Dagster UI (this demo's runs are listed there): {env}make ui   "
+          "(http://127.0.0.1:3000)")
+    print(f"a real experiment (n and paired intervals per checkpoint): {experiment_command(args.benchmark)}")
     if stopped:
         print(f"\nflywheel stopped early: {stopped}", file=sys.stderr)
         return 0 if gate_blocked else 1
     return 0
+
+
+def demo_table(store, benchmark: str) -> str:
+    """Every evaluated checkpoint and split: success % [95% Wilson interval] (successes/n), reward, steps."""
+    from flywheel.evaluation import markdown_table
+    from flywheel.quality import wilson_interval
+
+    rows = []
+    for r in store.evaluation_rows(benchmark):
+        n = int(r["episodes"] or 0)
+        wins = round((r["success_rate"] or 0.0) * n)
+        lo, hi = wilson_interval(wins, n)
+        success = f"{100 * wins / n:.1f} [{100 * lo:.1f}, {100 * hi:.1f}] ({wins}/{n})" if n else "- (0/0)"
+        rows.append({"checkpoint": f"k={r['iteration']}", "split": r["split"], "n": n,
+                     "success % [95% CI] (s/n)": success, "avg reward": r["avg_reward"],
+                     "mean steps": r["mean_steps"], "invalid actions": r["invalid_action_rate"],
+                     "errored (not in n)": r["errored"]})
+    cols = ["checkpoint", "split", "n", "success % [95% CI] (s/n)", "avg reward", "mean steps", "invalid actions",
+            "errored (not in n)"]
+    return markdown_table(rows, cols) if rows else "(no evaluation recorded)"
+
+
+def experiment_command(benchmark: str) -> str:
+    """`make experiment PRESET=...` for a preset of this benchmark (experiments/*.yaml), `cpu-<benchmark>` first."""
+    import yaml
+
+    from flywheel.experiment import PRESETS_DIR
+
+    names = sorted(p.stem for p in PRESETS_DIR.glob("*.yaml")
+                   if (yaml.safe_load(p.read_text()) or {}).get("benchmark") == benchmark)
+    if not names:
+        return "make experiment PRESET=NAME (a preset of experiments/*.yaml; none runs this benchmark yet)"
+    names.sort(key=lambda n: n != f"cpu-{benchmark}")
+    return f"make experiment PRESET={names[0]}" + (f"   (other presets: {', '.join(names[1:])})" if names[1:] else "")
 
 
 def _ready_instance():
@@ -408,9 +523,13 @@ def build_parser() -> argparse.ArgumentParser:
                       help="default: the benchmark's demo task types (`demo_task_types` in its spec), else all tasks")
     demo.add_argument("--iterations", type=_number("iterations", int), default=1,
                       help="gated self-refinement iterations after k=0")
-    for flag, (_, field, default, help_text) in DEMO_FIELDS.items():
-        kind = _number(field, type(default)) if isinstance(default, int | float) else type(default)
-        demo.add_argument("--" + flag.replace("_", "-"), type=kind, default=default, help=help_text)
+    for flag, (section, field, default, help_text) in DEMO_FIELDS.items():
+        # default None: a flag not given leaves the value to the profile, then to the demo's default
+        kind = ({"action": argparse.BooleanOptionalAction} if isinstance(default, bool)
+                else {"type": _number(field, type(default)) if isinstance(default, int | float) else type(default)})
+        demo.add_argument("--" + flag.replace("_", "-"), **kind, default=None,
+                          help=f"{help_text} (default: the profile's {'policy' if section == 'inference' else section}."
+                          f"{field}, else {default})")
     demo.add_argument("--spec-option", action="append", metavar="KEY=VALUE",
                       help="a field of the benchmark's spec (repeatable; default: the spec's `demo_spec_options`)")
     demo.add_argument("--env-option", action="append", metavar="KEY=VALUE",

@@ -57,9 +57,13 @@ def run_flywheel(
     instance: dg.DagsterInstance,
     evaluate_last_only: bool = False,
     benchmark_refs: dict[str, str] | None = None,
-) -> None:
+) -> list[str]:
     """Bootstrap, then iterations 0..iterations-1 (SFT, rollouts, gate, evaluation), then SFT+eval of the last.
-    `benchmark_refs` names a benchmark outside the registry (name -> "module:attribute", as in a profile)."""
+    `benchmark_refs` names a benchmark outside the registry (name -> "module:attribute", as in a profile).
+
+    An empty reward gate (its blocking check failed) raises GateBlocked, unless the `loop` resource says
+    `continue_on_empty_gate`: then k+1 trains anyway (as `sft_checkpoint` allows it) and the gate's message
+    is returned, one per empty gate."""
     refs = dict(benchmark_refs or {})
     check_benchmark(benchmark, where="run_flywheel(benchmark=...)", refs=refs)
     if iterations < 0:
@@ -71,14 +75,23 @@ def run_flywheel(
     iteration = defs.resolve_job_def("iteration_job")
     log.info("== stage 1/2: expert replay, teacher quaternions, curriculum (%s)", benchmark)
     run_stage(bootstrap, benchmark, ["expert_trajectories", "teacher_quaternions", "synthetic_curriculum"], instance)
+    continue_on_empty_gate = bool(getattr(resources.get("loop"), "continue_on_empty_gate", False))
+    empty_gates: list[str] = []
     for k in range(iterations):
         log.info("== iteration %d: SFT, rollouts, reward gate, evaluation", k)
         selection = ["sft_checkpoint", "rollouts", "gated_dataset"]
         if not evaluate_last_only:
             selection.append("evaluation")
-        run_stage(iteration, str(partition_key(benchmark, k)), selection, instance)
+        try:
+            run_stage(iteration, str(partition_key(benchmark, k)), selection, instance)
+        except GateBlocked as exc:
+            if not continue_on_empty_gate:
+                raise
+            log.warning("%s; continuing (loop.continue_on_empty_gate)", exc)
+            empty_gates.append(str(exc))
     log.info("== iteration %d: SFT on seeds + gated successes, evaluation", iterations)
     run_stage(iteration, str(partition_key(benchmark, iterations)), ["sft_checkpoint", "evaluation"], instance)
+    return empty_gates
 
 
 @dataclass

@@ -16,7 +16,10 @@ def test_demo_defaults_use_the_small_model_settings_on_scienceworld(tmp_path):
     assert envs.env_options == {"scienceworld": {"expert_path": "shortcut"}}
     assert envs.spec("scienceworld").system_prompt() != envs.spec("webshop").system_prompt()
     assert len(envs.spec("scienceworld").system_prompt()) < 1000  # the compact prompt
-    assert envs.train_limit == args.train_tasks and res["policy"].max_train_steps == args.max_train_steps
+    from flywheel.cli import DEMO_FIELDS
+
+    assert envs.train_limit == DEMO_FIELDS["train_tasks"][2]
+    assert res["policy"].max_train_steps == DEMO_FIELDS["max_train_steps"][2]
     assert res["store"].path == str(tmp_path / "flywheel.duckdb")
 
 
@@ -26,9 +29,13 @@ def test_every_demo_flag_reaches_the_field_it_names(tmp_path):
     argv = ["demo", "--runs-dir", str(tmp_path)]
     expected = {}
     for flag, (section, field, default, _) in DEMO_FIELDS.items():
-        # a value that is not the default, within its bound (learning_rate <= 1)
-        value = "float32" if field == "dtype" else default / 2 if field == "learning_rate" else default + 1
-        argv += ["--" + flag.replace("_", "-"), str(value)]
+        if isinstance(default, bool):  # a switch: --no-FLAG / --FLAG
+            value = not default
+            argv += ["--" + ("" if value else "no-") + flag.replace("_", "-")]
+        else:
+            # a value that is not the default, within its bound (learning_rate <= 1)
+            value = "float32" if field == "dtype" else default / 2 if field == "learning_rate" else default + 1
+            argv += ["--" + flag.replace("_", "-"), str(value)]
         expected[("policy" if section == "inference" else section, field)] = value
     res = demo_resources(build_parser().parse_args(argv))
     for (section, field), value in expected.items():
@@ -45,3 +52,95 @@ def test_demo_on_another_benchmark_passes_no_scienceworld_options(tmp_path):
 def test_demo_rejects_an_unknown_prompt():
     with pytest.raises(ConfigurationError, match="Valid: full, compact"):
         validate_demo_args(build_parser().parse_args(["demo", "--prompt", "tiny"]))
+
+
+PROFILE = """
+runs_dir: {runs}
+envs: {train_limit: 5, task_types: {scienceworld: [find-animal]}}
+policy: {history_window: 1, samples_per_task: 3, max_train_steps: 4}
+loop: {continue_on_empty_gate: false}
+"""
+
+
+def _profile(tmp_path, text=PROFILE):
+    path = tmp_path / "profile.yaml"
+    path.write_text(text.replace("{runs}", str(tmp_path / "runs")))
+    return str(path)
+
+
+def test_a_flag_given_beats_the_profile_which_beats_the_demo_default(tmp_path):
+    """k=0 from the demo and k=1 launched from the UI with the same profile train alike: the profile's
+    fields reach the demo unless a flag is given; only fields neither names take the demo's default."""
+    from flywheel.cli import DEMO_FIELDS, demo_settings
+
+    argv = ["--profile", _profile(tmp_path), "demo", "--samples", "5", "--train-tasks", "6"]
+    args = build_parser().parse_args(argv)
+    res = demo_resources(args)
+    assert res["policy"].samples_per_task == 5 and res["envs"].train_limit == 6  # flags given
+    assert res["policy"].history_window == 1 and res["policy"].max_train_steps == 4  # the profile's
+    assert res["envs"].task_types == {"scienceworld": ["find-animal"]}  # the profile's, not the spec's demo types
+    assert res["policy"].batch_size == DEMO_FIELDS["batch_size"][2]  # neither: the demo's default
+    assert res["loop"].continue_on_empty_gate is False  # the profile's loop section, over the demo's default
+    settings = demo_settings(args)
+    assert settings["samples"] == (5, "flag") and settings["history_window"] == (1, "profile")
+    assert settings["batch_size"][1] == "demo default"
+    # A profile value out of bounds is named as the profile's field, not as a flag the user never gave.
+    bad = build_parser().parse_args(["--profile", _profile(tmp_path, "policy: {batch_size: 0}\n"), "demo"])
+    with pytest.raises(ConfigurationError, match=r"profile.yaml: policy.batch_size must be"):
+        validate_demo_args(bad)
+
+
+def test_the_demo_defaults_without_a_profile_are_the_table_s(tmp_path):
+    from flywheel.cli import DEMO_FIELDS, demo_settings
+
+    args = build_parser().parse_args(["demo", "--runs-dir", str(tmp_path)])
+    assert {flag: v for flag, (v, _) in demo_settings(args).items()} == {f: d for f, (_, _, d, _) in DEMO_FIELDS.items()}
+    assert demo_resources(args)["policy"].stop_on_loop is True
+    off = build_parser().parse_args(["demo", "--runs-dir", str(tmp_path), "--no-stop-on-loop"])
+    assert demo_resources(off)["policy"].stop_on_loop is False
+
+
+@pytest.mark.parametrize("where", ["flag", "profile"])
+def test_model_tiny_is_built_for_the_demo_as_for_experiments(tmp_path, monkeypatch, capsys, where):
+    """`--model tiny` (or the profile's `model: tiny`) is a tiny random Llama built under the demo's runs
+    dir, as `flywheel experiment` builds it; the run itself is replaced here (the next test runs one)."""
+    import flywheel.pipeline
+    from flywheel.cli import main
+
+    seen = {}
+
+    def fake_run_flywheel(benchmark, *, resources, **kwargs):
+        seen["policy"] = resources["policy"]
+        return []
+
+    monkeypatch.setattr(flywheel.pipeline, "run_flywheel", fake_run_flywheel)
+    runs = tmp_path / "demo-runs"
+    argv = ["demo", "--runs-dir", str(runs)] + (["--model", "tiny"] if where == "flag" else [])
+    if where == "profile":
+        argv = ["--profile", _profile(tmp_path, "model: tiny\n")] + argv
+    assert main(argv) == 0
+    assert seen["policy"].base_model_path == str(runs / "tiny-model")
+    assert (runs / "tiny-model" / "flywheel_model.json").is_file()
+    out = capsys.readouterr().out
+    assert "make ui" in out and "make experiment PRESET=cpu-scienceworld" in out and str(runs / "flywheel.duckdb") in out
+
+
+def test_the_demo_honours_continue_on_empty_gate(tmp_path, capsys):
+    """The tiny model's gate is empty (it solves nothing): with the profile's `loop.continue_on_empty_gate`
+    the demo trains and evaluates k=1 anyway and says so; its table has n and Wilson intervals."""
+    from flywheel.cli import main
+    from flywheel.policy.models import build_tiny_model
+    from flywheel.store import Store
+
+    tiny = str(build_tiny_model(tmp_path / "tiny", vocab_size=400))
+    profile = _profile(tmp_path, "loop: {continue_on_empty_gate: true}\ncurriculum: {synthesize: false}\n"
+                                 "policy: {max_length: 3072}\n")  # the tiny tokenizer's examples are long
+    runs = tmp_path / "demo-runs"
+    code = main(["--profile", profile, "demo", "--benchmark", "webshop", "--model", tiny, "--runs-dir", str(runs),
+                 "--train-tasks", "1", "--eval-tasks", "1", "--max-steps", "2", "--samples", "1",
+                 "--max-train-steps", "1", "--batch-size", "2", "--max-new-tokens", "8", "--parallel-envs", "2"])
+    out, err = capsys.readouterr()
+    assert code == 0, err[-3000:]
+    assert sorted({r["iteration"] for r in Store(runs / "flywheel.duckdb").evaluation_rows("webshop")}) == [0, 1]
+    assert "empty reward gate(s), trained on anyway (loop.continue_on_empty_gate)" in out
+    assert "| k=1 | unseen | 1 | 0.0 [0.0, 79.3] (0/1) |" in out

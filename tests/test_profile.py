@@ -135,7 +135,7 @@ def test_cli_commands_read_the_profile(tmp_path, capsys):
     assert args.runs_dir == str(tmp_path / "runs" / "demo") and args.model == str(tmp_path / "model")
     res = demo_resources(args)
     assert isinstance(res["policy"], ManagedVLLMPolicy) and isinstance(res["teacher"], OpenAITeacherResource)
-    assert res["policy"].samples_per_task == 2  # the demo's --samples flag (default 2) wins over the profile
+    assert res["policy"].samples_per_task == 3  # the profile's: the demo's --samples was not given
     assert res["store"].path == str(tmp_path / "runs" / "demo" / "flywheel.duckdb")
     assert main(["--profile", str(path), "report"]) == 2  # no store yet under the profile's runs_dir
     assert str(tmp_path / "runs" / "demo") in capsys.readouterr().err
