@@ -104,8 +104,10 @@ def test_sft_checkpoint_trains_easy_to_hard_and_inserts_gated_by_complexity(tmp_
 def test_a_step_cap_below_one_pass_is_reported_as_the_hardest_examples_never_trained():
     from flywheel.policy.training import examples_never_trained
 
-    cfg = TrainConfig(order="given", max_steps=16, batch_size=8)
-    assert examples_never_trained(237, cfg) == 109  # cpu-scienceworld's replay-all k=1
+    # The old exact cap (whole_passes off): cpu-scienceworld's replay-all k=1 left 109 of 237 untrained.
+    cfg = TrainConfig(order="given", max_steps=16, batch_size=8, whole_passes=False)
+    assert examples_never_trained(237, cfg) == 109
+    assert examples_never_trained(237, TrainConfig(order="given", max_steps=16, batch_size=8)) == 0  # the default
     assert examples_never_trained(88, cfg) == 0 and examples_never_trained(237, cfg, world_size=2) == 0
     assert examples_never_trained(237, TrainConfig(order="shuffle", max_steps=16, batch_size=8)) == 0
     assert examples_never_trained(237, TrainConfig(order="given", max_steps=-1)) == 0

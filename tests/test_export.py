@@ -121,7 +121,7 @@ def test_every_option_has_help_and_shows_its_default():
                 assert action.help, f"{name} {action.option_strings or action.dest} has no help"
         text = " ".join(p.format_help().split())
         if name == "demo":
-            assert "(default: 16)" in text and "(default: scienceworld)" in text
+            assert "else 8)" in text and "(default: scienceworld)" in text  # flags name the profile, then the demo default
 
 
 def test_missing_model_hint_is_a_valid_command(tmp_path):

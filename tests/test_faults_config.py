@@ -59,7 +59,7 @@ def test_unknown_replay(tmp_path):
     policy = TransformersPolicy(base_model_path=str(tmp_path), refine_from="previous", replay="everything")
     msg, seconds = run({"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "policy": policy},
                        "iteration_job", partition_key(BENCH, 1), ["sft_checkpoint"])
-    assert "policy.replay must be 'matched' or 'all', got 'everything'" in msg and seconds < 30
+    assert "policy.replay must be 'matched', 'all' or 'none', got 'everything'" in msg and seconds < 30
 
 
 def test_negative_budget(tmp_path):

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 from typing import ClassVar
 
 from envs import REGISTRY
-from flywheel import paper
+from flywheel import paper, quality
 from flywheel.pipeline import paper_table
 from flywheel.store import Store
 from tests.test_benchmark_specs import BareSpec
@@ -68,9 +68,9 @@ def test_a_registered_benchmark_gets_its_columns_from_its_spec(tmp_path, monkeyp
     assert paper_table(db, metric="avg_reward").splitlines()[2] == "| 0 | - | - | 25.0 | - | - | 12.5 | 18.8 (2/6 cols) |"
 
     ck = {"k": 1, "checkpoint_id": "c", "buckets": [], "splits": {"unseen": {
-        "success": paper.rate(1, 2), "reward": paper.bootstrap_ratio([0.5, 1.0], [1.0, 1.0]),
-        "prompt_tokens_per_step": paper.bootstrap_ratio([], []), "tokens_per_step": paper.bootstrap_ratio([], []),
-        "mean_steps": paper.bootstrap_ratio([], []), "outcomes": {"t0": True, "t1": False}}}}
+        "success": quality.rate(1, 2), "reward": quality.bootstrap_ratio([0.5, 1.0], [1.0, 1.0]),
+        "prompt_tokens_per_step": quality.bootstrap_ratio([], []), "tokens_per_step": quality.bootstrap_ratio([], []),
+        "mean_steps": quality.bootstrap_ratio([], []), "outcomes": {"t0": True, "t1": False}}}}
     data = {"presets": ["bare-mini"], "fig2": {}, "figures": {}, "arms": [
         {"preset": "bare-mini", "arm": "bpo", "benchmark": "bare", "method": "bpo", "history_mode": "fused",
          "checkpoints": {1: ck}}]}
