@@ -375,10 +375,15 @@ def arm_config(preset: Preset, arm: str, model_path: str) -> dict[str, Any]:
                                   "model": model_path, "sections": preset.arm_sections(arm)}, default=str))
 
 
+def lineage_of(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint row's lineage as a dict (the store keeps it as JSON text)."""
+    raw = checkpoint["lineage"]
+    return json.loads(raw) if isinstance(raw, str) else dict(raw or {})
+
+
 def start_arm_is_here(preset: Preset, arm: str, source: str, arm_dir: Path) -> bool:
-    """Whether `source`'s finished k=0 SFT is in this runs folder (else this arm trains it and checks it)."""
-    if source not in preset.arms or source == arm:
-        raise ConfigurationError(f"arm {arm!r}: method.start_from {source!r} must name another arm of {preset.name}")
+    """Whether `source`'s finished k=0 SFT is in this runs folder (else this arm trains it and checks it);
+    `source` is an arm of the preset (`check_shares_k0`, `load_preset`)."""
     src = arm_dir.parent / source
     done = json.loads((src / "progress.json").read_text())["done"] if (src / "progress.json").exists() else {}
     return "sft:0" in done and (src / "flywheel.duckdb").exists()
@@ -436,7 +441,7 @@ def controlled_steps(preset: Preset, arm: str, target: str, k: int, runs: Path, 
     steps: dict[int, Any] = {}
     if db.exists():
         for row in Store(db, read_only=True).checkpoint_rows(preset.benchmark):
-            lineage = json.loads(row["lineage"]) if isinstance(row["lineage"], str) else (row["lineage"] or {})
+            lineage = lineage_of(row)
             steps[int(row["iteration"])] = lineage.get("train_steps")
     elif (recorded := read_arm(results, target)) is not None:
         steps = {r["k"]: r.get("checkpoint", {}).get("train_steps") for r in recorded["results"]["per_k"]}
@@ -467,7 +472,7 @@ def import_start_checkpoint(preset: Preset, arm: str, source: str, arm_dir: Path
     ckpt = Store(arm_dir.parent / source / "flywheel.duckdb").latest_checkpoint(preset.benchmark, 0)
     if ckpt is None:
         raise ConfigurationError(f"arm {source!r} records no k=0 checkpoint")
-    lineage = json.loads(ckpt["lineage"]) if isinstance(ckpt["lineage"], str) else dict(ckpt["lineage"] or {})
+    lineage = lineage_of(ckpt)
     store = Store(store.path, method=preset.method(arm))  # rows carry this arm's method
     store.record_checkpoint({**{k: ckpt[k] for k in ("benchmark", "iteration", "path", "base_model", "n_examples",
                                                       "n_trajectories", "train_loss")},
@@ -584,7 +589,7 @@ def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[st
             sft = done.get(f"sft:{k}", {})
             secs = sft.get("seconds")
             examples = int(c["n_examples"] or 0)
-            lineage = json.loads(c["lineage"]) if isinstance(c["lineage"], str) else (c["lineage"] or {})
+            lineage = lineage_of(c)
             steps, train_s = lineage.get("train_steps"), lineage.get("train_seconds")
             row["checkpoint"] = {"checkpoint_id": c["checkpoint_id"], "train_loss": c["train_loss"],
                                  "examples": examples, "trajectories": c["n_trajectories"],
@@ -752,7 +757,7 @@ def local_arm_record(preset: Preset, arm: str, arm_dir: Path, records: dict[str,
     outcomes = {f"{k}|{s}": {t: [ok, reward] for t, (ok, reward) in store.policy_outcomes(preset.benchmark, k, s).items()}
                 for k, s in evaluated if s in splits}
     k0 = store.latest_checkpoint(preset.benchmark, 0)
-    lineage = (json.loads(k0["lineage"]) if isinstance(k0["lineage"], str) else dict(k0["lineage"] or {})) if k0 else {}
+    lineage = lineage_of(k0) if k0 else {}
     k0_hash = lineage.get("weights_sha256")
     if k0 is not None and not k0_hash and Path(k0["path"]).is_dir():
         k0_hash = weights_sha256(k0["path"])
