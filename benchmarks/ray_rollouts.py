@@ -5,7 +5,7 @@ Real ScienceWorld (find-non-living-thing), the same `run_rollouts` engine and ge
 timed region, the Ray backend starts its env actors (and their JVMs) there; the local Ray
 cluster itself is started once, before timing (its start time is reported apart). Repeats
 alternate the two backends. Per-episode costs (env seconds, generation seconds, steps, tokens)
-come from the local runs and feed the README's scaling note.
+come from the local runs and feed the scaling note in docs/ray.md.
 """
 
 from __future__ import annotations

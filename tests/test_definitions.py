@@ -1,4 +1,4 @@
-"""The Dagster definitions load, and the graph is what the README says."""
+"""The Dagster definitions load, and the graph is what docs/assets.md says."""
 
 import re
 
@@ -26,9 +26,9 @@ EXPECTED_DEPS = {
     "rollouts": {"sft_checkpoint"},
     "gated_dataset": {"rollouts"},
     "evaluation": {"sft_checkpoint"},
-    # the dashboard (README "Using the UI")
+    # the dashboard (docs/dashboard.md)
     "flywheel_summary": {"evaluation"},
-    # baselines (README "Baselines and the paper's tables")
+    # baselines (docs/method.md "Methods and baselines")
     "base_checkpoint": set(),
     "preference_pairs": {"rollouts"},
     "dpo_checkpoint": {"preference_pairs", "sft_checkpoint"},
@@ -37,7 +37,7 @@ EXPECTED_DEPS = {
 }
 
 
-def test_asset_graph_matches_readme():
+def test_asset_graph_matches_the_docs():
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     assert keys == set(EXPECTED_DEPS)
