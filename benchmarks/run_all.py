@@ -28,6 +28,7 @@ SCRIPTS = {
     "alfworld_speed": [],
     "ray_rollouts": [],
     "vllm_rollouts": [],
+    "sft_memory": [],
 }
 # Scripts that need something `make install` does not build: skipped, naming the fix, when it is missing.
 REQUIRES = {"vllm_rollouts": (HERE.parent / ".venv-vllm" / "bin" / "python", "run `make vllm` first")}
@@ -83,6 +84,11 @@ def headline(name: str, data: dict) -> list:
                 f"{r.get('vllm8_over_transformers8', float('nan')):.2f}x vs 8 envs, "
                 f"{r.get('vllm8_over_transformers1', float('nan')):.2f}x vs sequential",
                 ">= 3x and >= 6x", str(bool(data.get("target_met")))]
+    if name == "sft_memory":
+        mib, ratio = data["lowest_peak_mib"], data["speed_ratio_whole_over_micro"]
+        return [f"SFT peak RSS, steps of {data['batch_size']} (micro-batch {data['lowest_peak_micro_batch']})",
+                f"{mib / 1024:.1f} GiB; step time whole-batch / micro: {ratio}x", "< 8 GiB, >= 1x",
+                str(mib < data["target_mib"] and (ratio or 0) >= 1)]
     if name == "webshop_oracle":
         mism = sum(get("differential", "project_vs_reference_mismatches", default={}).values())
         o = get("oracle", default={})

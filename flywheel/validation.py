@@ -162,6 +162,7 @@ BOUNDS: dict[str, Bound] = {
     "learning_rate": Bound(0, 1, integer=False, open_lo=True),
     "max_train_steps": Bound(1, 1_000_000, special={-1: "use epochs"}),
     "batch_size": Bound(1, 1_024),
+    "micro_batch_size": Bound(1, 1_024, why="examples per forward pass; a divisor of batch_size"),
     "max_length": Bound(16, 131_072, why="tokens per SFT example"),
     "lora_r": Bound(1, 1_024),
     "max_new_tokens": Bound(1, 8_192, why="tokens generated per step"),

@@ -85,3 +85,42 @@ def test_group_by_length_batches_examples_of_similar_length(tiny, tmp_path, monk
     rows = sft_examples([make_traj(n=4)], lambda t: "instr")
     train_sft(tiny, rows, tmp_path / "ck", TrainConfig(max_steps=1, batch_size=2, group_by_length=grouped))
     assert isinstance(seen["sampler"], LengthGroupedSampler) is grouped
+
+
+def test_micro_batches_train_the_same_steps_on_the_same_loss(tiny, tmp_path, monkeypatch):
+    """A step of 4 as 4 micro-batches of 1 (gradient accumulation): as many optimizer steps, each a forward pass
+    per example, and the same loss (the mean over every completion token of the step) up to float rounding."""
+    import trl
+
+    seen = []
+    real = trl.SFTTrainer.train
+
+    def spy(self, *args, **kwargs):
+        seen.append((self.args.per_device_train_batch_size, self.args.gradient_accumulation_steps))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(trl.SFTTrainer, "train", spy)
+    rows = sft_examples([make_traj(n=4), make_traj(task="t2", n=4)], lambda t: "instr")
+    results = {micro: train_sft(tiny, rows, tmp_path / f"ck{micro}",
+                                TrainConfig(max_steps=2, batch_size=4, micro_batch_size=micro, learning_rate=1e-3,
+                                            order="given"))
+               for micro in (None, 1)}
+    assert seen == [(4, 1), (1, 4)]
+    assert results[None].steps == results[1].steps == 2
+    assert results[1].train_loss == pytest.approx(results[None].train_loss, rel=1e-4)
+
+
+def test_a_micro_batch_that_does_not_divide_the_batch_is_a_clear_error(tiny, tmp_path):
+    rows = sft_examples([make_traj(n=4)], lambda t: "instr")
+    with pytest.raises(ValueError, match="must divide batch_size=4"):
+        train_sft(tiny, rows, tmp_path / "ck", TrainConfig(max_steps=1, batch_size=4, micro_batch_size=3))
+    assert not (tmp_path / "ck").exists() and not (tmp_path / "ck.partial").exists()
+
+
+def test_micro_batching_changes_the_fingerprint_only_when_it_splits_the_batch():
+    from flywheel.policy.training import training_fingerprint
+
+    rows = sft_examples([make_traj(n=2)], lambda t: "instr")
+    whole = training_fingerprint("m", rows, TrainConfig(micro_batch_size=None))
+    assert training_fingerprint("m", rows, TrainConfig(micro_batch_size=8)) == whole  # as trained before the field
+    assert training_fingerprint("m", rows, TrainConfig(micro_batch_size=1)) != whole

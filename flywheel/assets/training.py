@@ -151,7 +151,7 @@ def sft_checkpoint(
                "replay": policy.replay,
                "iteration": k, "dataset": counts,
                "gated_iterations": list(range(k)), "examples": result.n_examples, "train_steps": result.steps,
-               "batch_size": cfg.batch_size, "whole_passes": cfg.whole_passes,
+               "batch_size": cfg.batch_size, "micro_batch_size": cfg.micro_batch_size, "whole_passes": cfg.whole_passes,
                # Tokens trained: one pass's tokens x the passes the steps made (steps x batch / examples).
                "tokens_per_pass": result.tokens_per_pass,
                "tokens_trained": round(result.tokens_per_pass * result.steps * cfg.batch_size * cfg.grad_accum

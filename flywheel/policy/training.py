@@ -28,7 +28,13 @@ log = logging.getLogger(__name__)
 class TrainConfig:
     epochs: float = 2.0
     learning_rate: float = 5e-5
+    # Examples per optimizer step (what `max_steps`, passes and the curriculum count in).
     batch_size: int = 8
+    # Examples per forward/backward pass: a step of `batch_size` runs as batch_size / micro_batch_size
+    # accumulated micro-batches, the loss still the mean over every completion token of the step. Peak memory
+    # is the activations of one micro-batch: SmolLM2-135M, steps of 8 at <= 1,024 tokens, float32, on the
+    # 2-core machine: benchmarks/sft_memory.py. None: the whole step in one pass (micro-batch = batch_size).
+    micro_batch_size: int | None = 1
     grad_accum: int = 1
     max_length: int = 3072
     max_steps: int = -1
@@ -57,6 +63,16 @@ class TrainConfig:
     # Activation recomputation trades ~1/3 more compute for memory: needed for 8B models on a
     # GPU, pure cost for a 135M model on a CPU (TRL turns it on by default, so it is set here).
     gradient_checkpointing: bool = False
+
+
+def micro_batching(cfg: TrainConfig) -> tuple[int, int]:
+    """(examples per forward pass, accumulation steps per optimizer step) for `cfg`; the micro-batch must divide the
+    batch, so that every optimizer step sees exactly `batch_size * grad_accum` examples."""
+    micro = cfg.micro_batch_size or cfg.batch_size
+    if micro < 1 or cfg.batch_size % micro:
+        raise ValueError(f"micro_batch_size={micro} must divide batch_size={cfg.batch_size}: "
+                         "set policy.micro_batch_size to a divisor of policy.batch_size")
+    return micro, cfg.grad_accum * (cfg.batch_size // micro)
 
 
 def cpu_has_bf16() -> bool:
@@ -126,6 +142,9 @@ def training_fingerprint(base_model: str | Path, examples: list[dict], cfg: Trai
     for name, default in (("history_mode", "fused"), ("group_by_length", False), ("whole_passes", False)):
         if config.get(name) == default:
             config.pop(name)
+    # A micro-batch of the whole batch is how every checkpoint trained before the field existed.
+    if (config.get("micro_batch_size") or cfg.batch_size) == cfg.batch_size:
+        config.pop("micro_batch_size", None)
     payload = json.dumps({"base_model": str(base_model), "config": config,
                           "examples": [[r["prompt"], r["completion"]] for r in examples]}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
@@ -189,6 +208,7 @@ def train_sft(
     lengths = [_length(tok, r) for r in examples]
     fits = [n <= cfg.max_length for n in lengths]
     kept, dropped = keep_fitting(examples, fits, what="example", max_length=cfg.max_length, progress=progress)
+    micro, accum = micro_batching(cfg)
     out, work = unpublished_dirs(out_dir)
     dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in kept])
     args = SFTConfig(
@@ -196,8 +216,8 @@ def train_sft(
         num_train_epochs=cfg.epochs,
         max_steps=cfg.max_steps,
         learning_rate=cfg.learning_rate,
-        per_device_train_batch_size=cfg.batch_size,
-        gradient_accumulation_steps=cfg.grad_accum,
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=accum,
         max_length=cfg.max_length,
         completion_only_loss=True,
         lr_scheduler_type="cosine",
@@ -234,12 +254,28 @@ def train_sft(
     (work / "model" / "training.json").write_text(json.dumps({"config": asdict(cfg), "n_examples": len(kept)}))
     (work / "model").rename(out)  # atomic publish: `out` did not exist
     shutil.rmtree(work, ignore_errors=True)
-    return TrainResult(
+    trained = TrainResult(
         path=str(out), n_examples=len(kept), n_dropped=dropped,
         train_loss=float(result.training_loss), steps=int(result.global_step),
         dropped=tuple(i for i, ok in enumerate(fits) if not ok), world_size=int(trainer.args.world_size),
         tokens_per_pass=sum(n for n, ok in zip(lengths, fits, strict=True) if ok),
     )
+    del trainer, model
+    release_memory()
+    return trained
+
+
+def release_memory() -> None:
+    """Hand a finished trainer's memory back to the OS: a long-lived process (a Dagster run, an experiment arm)
+    trains several checkpoints, and glibc keeps freed heap pages unless asked to return them."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
 
 
 def quiet(trainer):

@@ -30,6 +30,7 @@ class PolicyResource(dg.ConfigurableResource):
     epochs: float = TrainConfig.epochs
     learning_rate: float = TrainConfig.learning_rate
     batch_size: int = TrainConfig.batch_size
+    micro_batch_size: int | None = TrainConfig.micro_batch_size  # examples per forward pass (memory; TrainConfig)
     max_length: int = TrainConfig.max_length
     max_train_steps: int = TrainConfig.max_steps  # TrainConfig.max_steps (max_steps here would read as env steps)
     lora: bool = TrainConfig.lora
@@ -75,6 +76,9 @@ class PolicyResource(dg.ConfigurableResource):
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """Fail fast, naming the fix, when the base model is missing and this run trains."""
         check_options({k: getattr(self, k) for k in (*BOUNDS, "dtype") if hasattr(self, k)}, where="policy.")
+        if self.micro_batch_size and self.batch_size % self.micro_batch_size:
+            raise ConfigurationError(f"policy.micro_batch_size={self.micro_batch_size} must divide "
+                                     f"policy.batch_size={self.batch_size}: set it to a divisor (1 uses the least memory)")
         self.ray_options()  # unknown backends or bad Ray numbers fail here, at the run's first step
         if self.refine_from not in ("base", "previous"):
             raise ConfigurationError(f"policy.refine_from must be 'base' or 'previous', got {self.refine_from!r}")
