@@ -36,6 +36,41 @@ def clean_signals() -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, ())
 
 
+# The signals a launcher commonly blocks or ignores, and that stop a helper.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+@contextmanager
+def clean_signals_for_children() -> Iterator[None]:
+    """While the block runs, processes this thread starts (and `exec`) inherit a clean state for STOP_SIGNALS,
+    for libraries whose process starts take no `preexec_fn` (`ray.init` starting the GCS and the raylet, whose
+    workers inherit from it). This process keeps its own behaviour: a signal it ignored is caught by a no-op
+    handler (a handler resets to the default across `exec`) and dropped; one it blocked is caught and raised
+    again after the mask is restored, so it stays pending as it would have. Only the main thread can set
+    handlers: elsewhere the block runs unchanged."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+    caught: list[int] = []
+    saved = {}
+    for sig in STOP_SIGNALS:
+        old = signal.getsignal(sig)
+        if old is signal.SIG_IGN or sig in mask:
+            saved[sig] = old
+            signal.signal(sig, lambda signum, _frame: caught.append(signum))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        for sig, old in saved.items():
+            signal.signal(sig, old)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for sig in caught:
+            if sig in mask and saved.get(sig) is not signal.SIG_IGN:
+                signal.raise_signal(sig)  # blocked again: pending, as it was before the block
+
+
 def stop_process(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
     """SIGTERM, then SIGKILL after `grace_s`: never raises for a helper that ignores SIGTERM."""
     if proc.poll() is None:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envs.base import Env, EnvError, StepResult, Task
+from envs.owned import clean_signals_for_children
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,8 @@ def ray_session(opts: RayOptions) -> Iterator[Any]:
     else:
         kwargs.update(address=opts.address)
         kwargs.pop("include_dashboard")
-    ray.init(**kwargs)
+    with clean_signals_for_children():  # the GCS, raylet and workers must be stoppable (envs.owned)
+        ray.init(**kwargs)
     try:
         yield ray
     finally:

@@ -20,7 +20,7 @@ import pytest
 
 from envs import configure_spec
 from envs.base import Task
-from envs.owned import OwnedProcess, clean_signals, stop_process
+from envs.owned import OwnedProcess, clean_signals, clean_signals_for_children, stop_process
 from flywheel.resources.envs import EnvResource
 from tests.signal_support import PARENTS, parent_sigterm, sigterm_state
 from tests.tinybench import TinySpec
@@ -89,6 +89,28 @@ def test_a_helper_starts_with_sigterm_neither_blocked_nor_ignored():
         assert sigterm_state(proc.pid) == (False, False)
     owned.close()
     assert _gone(proc.pid)
+
+
+def test_a_library_started_child_gets_a_clean_state_and_the_parent_keeps_its_own(parent):
+    """`ray.init` starts its GCS and raylet with no preexec_fn: inside `clean_signals_for_children` they (and the
+    workers they start) inherit SIGTERM neither blocked nor ignored, and this process's own state comes back."""
+    before = (signal.pthread_sigmask(signal.SIG_BLOCK, ()), signal.getsignal(signal.SIGTERM))
+    with clean_signals_for_children():
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        if parent != "default":
+            signal.raise_signal(signal.SIGTERM)  # arrives in the window: must not end or change this process
+    try:
+        assert sigterm_state(proc.pid) == (False, False)
+    finally:
+        stop_process(proc, grace_s=2)
+    assert (signal.pthread_sigmask(signal.SIG_BLOCK, ()), signal.getsignal(signal.SIGTERM)) == before
+    if parent == "blocked":  # still pending, as if it had arrived while blocked
+        assert signal.SIGTERM in signal.sigpending()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # discard it before the fixture unblocks
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        signal.signal(signal.SIGTERM, before[1])
+        assert signal.SIGTERM not in signal.sigpending()
 
 
 def test_stopping_a_helper_that_ignores_sigterm_escalates_to_sigkill():
