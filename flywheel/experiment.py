@@ -15,8 +15,6 @@ episodes already in DuckDB). The report is rebuilt from the store every time.
 from __future__ import annotations
 
 import copy
-import ctypes
-import gc
 import json
 import logging
 import os
@@ -32,6 +30,7 @@ import dagster as dg
 
 from flywheel.methods import METHODS, implied_sections, job_for, method_stages
 from flywheel.partitions import run_max_iteration
+from flywheel.policy.training import trim_heap
 from flywheel.profile import SECTIONS, model_folder, read_yaml, section
 from flywheel.provenance import (
     arm_file,
@@ -264,12 +263,8 @@ def release_memory() -> dict[str, float]:
     stays resident for the next. Measured on cpu-scienceworld (SmolLM2-135M, float32, batch 8 x <= 1024
     tokens, no gradient checkpointing): a fresh process peaks at ~12 GiB in SFT, but sft:2, run after five
     other stages in the same process, reached 19.2 GiB and was OOM-killed on a 24 GiB machine beside the
-    warm vLLM server. `malloc_trim(0)` returns glibc's free arenas; each stage's RSS lands in progress.json."""
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to trim
-        pass
+    warm vLLM server. The trim (`trim_heap`) returns glibc's free arenas; each stage's RSS lands in progress.json."""
+    trim_heap()
     try:
         pages = int(Path("/proc/self/statm").read_text().split()[1])
         rss = pages * os.sysconf("SC_PAGE_SIZE") / 2**30

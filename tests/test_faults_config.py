@@ -62,6 +62,14 @@ def test_unknown_replay(tmp_path):
     assert "policy.replay must be 'matched', 'all' or 'none', got 'everything'" in msg and seconds < 30
 
 
+def test_micro_batch_not_a_divisor(tmp_path):
+    policy = TransformersPolicy(base_model_path=str(tmp_path), batch_size=8, micro_batch_size=3)
+    msg, seconds = run({"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "policy": policy},
+                       "iteration_job", partition_key(BENCH, 1), ["sft_checkpoint"])
+    assert "micro_batch_size=3 must divide batch_size=8" in msg and "set policy.micro_batch_size" in msg
+    assert seconds < 30
+
+
 def test_negative_budget(tmp_path):
     msg, _ = run({"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "loop": LoopResource(max_iterations=-1)},
                  "iteration_job", partition_key(BENCH, 0), ["gated_dataset"])

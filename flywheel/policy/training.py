@@ -261,13 +261,13 @@ def train_sft(
         tokens_per_pass=sum(n for n, ok in zip(lengths, fits, strict=True) if ok),
     )
     del trainer, model
-    release_memory()
+    trim_heap()
     return trained
 
 
-def release_memory() -> None:
-    """Hand a finished trainer's memory back to the OS: a long-lived process (a Dagster run, an experiment arm)
-    trains several checkpoints, and glibc keeps freed heap pages unless asked to return them."""
+def trim_heap() -> None:
+    """Hand freed memory back to the OS: a long-lived process (a Dagster run, an experiment arm) trains several
+    checkpoints, and glibc keeps freed heap pages unless asked (`malloc_trim(0)`) to return them."""
     import ctypes
     import gc
 

@@ -7,7 +7,7 @@ from pydantic import PrivateAttr
 
 from flywheel.failures import setup_fails_once
 from flywheel.policy.inference import Generator, OpenAICompatibleGenerator, TransformersGenerator
-from flywheel.policy.training import TrainConfig, TrainResult, train_sft
+from flywheel.policy.training import TrainConfig, TrainResult, micro_batching, train_sft
 from flywheel.prompting import PromptShape
 from flywheel.resources.ray_cluster import RayConfig, check_backend
 from flywheel.rollout import RolloutConfig
@@ -76,9 +76,10 @@ class PolicyResource(dg.ConfigurableResource):
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """Fail fast, naming the fix, when the base model is missing and this run trains."""
         check_options({k: getattr(self, k) for k in (*BOUNDS, "dtype") if hasattr(self, k)}, where="policy.")
-        if self.micro_batch_size and self.batch_size % self.micro_batch_size:
-            raise ConfigurationError(f"policy.micro_batch_size={self.micro_batch_size} must divide "
-                                     f"policy.batch_size={self.batch_size}: set it to a divisor (1 uses the least memory)")
+        try:
+            micro_batching(self.train_config())
+        except ValueError as e:
+            raise ConfigurationError(str(e)) from e
         self.ray_options()  # unknown backends or bad Ray numbers fail here, at the run's first step
         if self.refine_from not in ("base", "previous"):
             raise ConfigurationError(f"policy.refine_from must be 'base' or 'previous', got {self.refine_from!r}")
