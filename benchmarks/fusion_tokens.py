@@ -13,10 +13,10 @@ import sys
 from _common import print_table, write_json
 
 from envs import get_benchmark
+from flywheel.core.prompting import build_messages, history_from_steps
+from flywheel.core.settings import SMOLLM2_DIR
 from flywheel.policy.models import load_tokenizer
-from flywheel.prompting import build_messages, history_from_steps
-from flywheel.seeds import collect_expert
-from flywheel.settings import SMOLLM2_DIR
+from flywheel.rollout.seeds import collect_expert
 from flywheel.teacher import ScriptedTeacher
 from flywheel.teacher.base import apply_annotations
 

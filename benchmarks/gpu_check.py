@@ -51,7 +51,7 @@ def make_8b(out: Path, tokenizer_from: str) -> None:
 def rollouts(name: str, model_dir: str, episodes: int, max_steps: int, extra: list[str], vllm_python: str) -> None:
     from envs import get_benchmark
     from flywheel.policy.vllm_server import ManagedVLLMGenerator, VLLMServer, VLLMServerConfig
-    from flywheel.rollout import RolloutConfig, run_rollouts
+    from flywheel.rollout.engine import RolloutConfig, run_rollouts
 
     cfg = VLLMServerConfig(python=vllm_python, extra_args=tuple(extra), max_model_len=4096,
                            log_dir=str(HERE.parent / "runs" / "gpu_check"), start_timeout_s=420)

@@ -18,14 +18,14 @@ import dagster as dg
 from _common import print_table, write_json
 
 from envs import get_benchmark
+from flywheel.core.gate import reward_gate
+from flywheel.core.store import Store
 from flywheel.definitions import build_defs
-from flywheel.gate import reward_gate
-from flywheel.partitions import partition_key
+from flywheel.orchestration.partitions import partition_key
 from flywheel.policy.inference import TransformersGenerator
 from flywheel.policy.models import build_tiny_model
 from flywheel.resources import EnvResource, StoreResource, TransformersPolicy
-from flywheel.rollout import run_rollouts
-from flywheel.store import Store
+from flywheel.rollout.engine import run_rollouts
 
 BENCH = "scienceworld"
 

@@ -20,12 +20,12 @@ from pathlib import Path
 from _common import print_table, write_json
 
 from envs import get_benchmark
+from flywheel.core.prompting import PromptShape
+from flywheel.core.settings import SMOLLM2_DIR
 from flywheel.policy.inference import TransformersGenerator
 from flywheel.policy.models import build_tiny_model
-from flywheel.prompting import PromptShape
-from flywheel.rollout import RolloutConfig, run_rollouts
-from flywheel.rollout_ray import RayOptions
-from flywheel.settings import SMOLLM2_DIR
+from flywheel.rollout.engine import RolloutConfig, run_rollouts
+from flywheel.rollout.ray_pool import RayOptions
 
 
 class TimedGenerator:
@@ -60,7 +60,7 @@ def measure(spec, tasks, generator, backend: str, args) -> dict:
 
 def step_cost_ms(n_resets: int = 40) -> dict:
     """One env step in-process vs through an env actor (WebShop: the env's own work is ~0.1 ms)."""
-    from flywheel.rollout_ray import RayEnvPool
+    from flywheel.rollout.ray_pool import RayEnvPool
 
     spec = get_benchmark("webshop")
     task = spec.load_tasks("train", limit=1)[0]

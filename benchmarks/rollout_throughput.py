@@ -16,11 +16,11 @@ from pathlib import Path
 from _common import print_table, write_json
 
 from envs import get_benchmark
+from flywheel.core.prompting import PromptShape
+from flywheel.core.settings import SMOLLM2_DIR
 from flywheel.policy.inference import TransformersGenerator
 from flywheel.policy.models import build_tiny_model
-from flywheel.prompting import PromptShape
-from flywheel.rollout import RolloutConfig, resolve_scheduling, run_rollouts
-from flywheel.settings import SMOLLM2_DIR
+from flywheel.rollout.engine import RolloutConfig, resolve_scheduling, run_rollouts
 
 
 def warm_pool(spec, n: int, task) -> tuple[list, float]:

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from _common import print_table, write_json
 
-from flywheel.policy.training import TrainConfig, train_sft
-from flywheel.settings import SMOLLM2_DIR
-from flywheel.store import Store
+from flywheel.core.settings import SMOLLM2_DIR
+from flywheel.core.store import Store
+from flywheel.policy.sft import TrainConfig, train_sft
 
 
 def load_examples(store: str, benchmark: str, iteration: int, checkpoint_id: str | None) -> tuple[str, list[dict]]:

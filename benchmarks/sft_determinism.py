@@ -24,8 +24,8 @@ from _common import print_table, write_json  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 CHILD = """
 import json, sys
-from flywheel.policy.training import TrainConfig, train_sft
-from flywheel.provenance import weights_sha256
+from flywheel.policy.sft import TrainConfig, train_sft
+from flywheel.core.provenance import weights_sha256
 examples = [{"prompt": [{"role": "system", "content": "You are an agent in a text world. " * 20},
                         {"role": "user", "content": f"Task {i}: find the animal. You see: " + "a door, a table, " * 30}],
              "completion": [{"role": "assistant", "content": f"Thought: look first {i}.\\nPlan: look\\nAction: look around"}]}

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from _common import print_table, write_json
 
-from flywheel.policy.training import TrainConfig, train_sft
-from flywheel.settings import SMOLLM2_DIR
+from flywheel.core.settings import SMOLLM2_DIR
+from flywheel.policy.sft import TrainConfig, train_sft
 
 TARGET_GIB = 8.0  # issue: peak SFT memory under 8 GiB on the 24 GiB machine that also holds JVMs and vLLM
 
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
     need = args.steps * args.batch_size
     if args.store:
-        from flywheel.store import Store
+        from flywheel.core.store import Store
 
         db = Store(args.store)
         latest = db.latest_checkpoint(args.benchmark, 0)

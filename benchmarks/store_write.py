@@ -14,8 +14,8 @@ from pathlib import Path
 
 from _common import print_table, write_json
 
-from flywheel.store import STEP_COLUMNS, Store
-from flywheel.trajectory import Step, Trajectory
+from flywheel.core.store import STEP_COLUMNS, Store
+from flywheel.core.trajectory import Step, Trajectory
 
 
 def rollouts(n_steps: int, steps_per_traj: int = 20) -> list[Trajectory]:

@@ -27,9 +27,9 @@ from _common import machine, print_table, write_json
 from rollout_throughput import measure
 
 from envs import get_benchmark
+from flywheel.core.settings import REPO_ROOT, SMOLLM2_DIR
 from flywheel.policy.inference import TransformersGenerator
 from flywheel.policy.vllm_server import DEFAULT_PYTHON, ManagedVLLMGenerator, VLLMServer, VLLMServerConfig
-from flywheel.settings import REPO_ROOT, SMOLLM2_DIR
 
 PROBE = [[{"role": "user", "content": "You are in the kitchen. Your task is to find a non-living thing."}]]
 

@@ -33,7 +33,7 @@ from _common import print_table, write_json  # noqa: E402
 
 from envs.webshop import WebShopSpec  # noqa: E402
 from envs.webshop import reward as R  # noqa: E402
-from flywheel.quality import wilson_interval  # noqa: E402
+from flywheel.core.quality import wilson_interval  # noqa: E402
 from tests.envs import webshop_reference_reward as ref  # noqa: E402
 from tests.envs.test_webshop_reward_faithful import catalog_purchases, generated_cases  # noqa: E402
 

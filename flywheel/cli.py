@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 
 # Every demo flag that sets a resource field, declared once: flag -> (resource section, field, the
-# demo's default, help). The parser, the bounds check (flywheel/validation.py, under the field's name)
+# demo's default, help). The parser, the bounds check (flywheel/config/validation.py, under the field's name)
 # and `demo_resources` are all built from this table. `inference` rows apply to the in-process
 # transformers policy only. A value comes from the flag when it is given, else from the profile's
 # section (so the demo trains as the UI's runs of the same profile do), else from the default here
@@ -83,7 +83,7 @@ def demo_settings(args: argparse.Namespace) -> dict[str, tuple[object, str]]:
 def validate_demo_args(args: argparse.Namespace) -> None:
     """Every numeric option within its bound and every benchmark option one the benchmark takes,
     before any work (ConfigurationError names the flag or the valid options)."""
-    from flywheel.validation import check_benchmark, check_options, check_writable_dir
+    from flywheel.config.validation import check_benchmark, check_options, check_writable_dir
 
     check_benchmark(args.benchmark, where="--benchmark", refs=profile_of(args).benchmark_refs)
     check_writable_dir(Path(args.runs_dir), "--runs-dir")
@@ -187,7 +187,7 @@ def demo_options(args: argparse.Namespace, spec) -> tuple[dict, dict]:
     option the benchmark does not take is a ConfigurationError that lists the ones it does.
     """
     from envs import check_env_options, configure_spec
-    from flywheel.validation import ConfigurationError
+    from flywheel.config.validation import ConfigurationError
 
     envs = profile_of(args).sections.get("envs", {})
     spec_options = {**getattr(spec, "demo_spec_options", {}), **envs.get("spec_options", {}).get(args.benchmark, {}),
@@ -210,7 +210,7 @@ def _key_values(items: list[str] | None, flag: str) -> dict:
     """KEY=VALUE pairs; a VALUE that reads as JSON (5, 0.5, true, null) is that value, else the string."""
     import json
 
-    from flywheel.validation import ConfigurationError
+    from flywheel.config.validation import ConfigurationError
 
     options = {}
     for item in items or ():
@@ -226,10 +226,10 @@ def _key_values(items: list[str] | None, flag: str) -> dict:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     validate_demo_args(args)  # first: before Dagster is even imported
-    from flywheel.experiment import resolve_model
-    from flywheel.pipeline import GateBlocked, StageFailed, run_flywheel
-    from flywheel.store import Store, check_store
-    from flywheel.validation import check_data
+    from flywheel.config.validation import check_data
+    from flywheel.core.store import Store, check_store
+    from flywheel.drivers.experiment import resolve_model
+    from flywheel.drivers.pipeline import GateBlocked, StageFailed, run_flywheel
 
     check_store(Path(args.runs_dir) / "flywheel.duckdb")  # a damaged or newer store: refused, nothing written
     # The demo's tasks load (task types known, data there, archives whole) before any run or store is made.
@@ -274,8 +274,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def demo_table(store, benchmark: str) -> str:
     """Every evaluated checkpoint and split: success % [95% Wilson interval] (successes/n), reward, steps."""
-    from flywheel.evaluation import markdown_table
-    from flywheel.quality import wilson_interval
+    from flywheel.core.metrics import markdown_table
+    from flywheel.core.quality import wilson_interval
 
     rows = []
     for r in store.evaluation_rows(benchmark):
@@ -296,7 +296,7 @@ def experiment_command(benchmark: str) -> str:
     """`make experiment PRESET=...` for a preset of this benchmark (experiments/*.yaml), `cpu-<benchmark>` first."""
     import yaml
 
-    from flywheel.experiment import PRESETS_DIR
+    from flywheel.config.presets import PRESETS_DIR
 
     names = sorted(p.stem for p in PRESETS_DIR.glob("*.yaml")
                    if (yaml.safe_load(p.read_text()) or {}).get("benchmark") == benchmark)
@@ -308,16 +308,16 @@ def experiment_command(benchmark: str) -> str:
 
 def _ready_instance():
     """The instance, with pool slots of dead runs (a killed SFT) freed; a live holder fails at once, naming it."""
-    from flywheel.slots import check_pool_free
+    from flywheel.orchestration.slots import check_pool_free
 
     instance = _instance()
-    check_pool_free(instance, log=logging.getLogger("flywheel.slots").warning)
+    check_pool_free(instance, log=logging.getLogger("flywheel.orchestration.slots").warning)
     return instance
 
 
 def cmd_free_slots(args: argparse.Namespace) -> int:
     """Free the concurrency-pool slots of finished runs and of runs whose worker process is gone."""
-    from flywheel.slots import pool_holders, release_dead_slots
+    from flywheel.orchestration.slots import pool_holders, release_dead_slots
 
     instance = _instance()
     freed = release_dead_slots(instance)
@@ -329,13 +329,13 @@ def cmd_free_slots(args: argparse.Namespace) -> int:
 
 def _existing_store(args: argparse.Namespace) -> Path:
     """The store `report`/`export` read: never created here (a missing one is a one-line error)."""
-    from flywheel.validation import ConfigurationError
+    from flywheel.config.validation import ConfigurationError
 
     root = profile_of(args).runs_path
     candidates = [Path(args.runs_dir)] if args.runs_dir else [root / "demo", root]
     for folder in candidates:
         if (folder / "flywheel.duckdb").is_file():
-            from flywheel.store import check_store
+            from flywheel.core.store import check_store
 
             check_store(folder / "flywheel.duckdb")  # read whole, read-only: a damaged store is refused here
             return folder / "flywheel.duckdb"
@@ -345,8 +345,8 @@ def _existing_store(args: argparse.Namespace) -> Path:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from flywheel.pipeline import paper_table, results_table
-    from flywheel.store import Store
+    from flywheel.core.store import Store
+    from flywheel.drivers.pipeline import paper_table, results_table
 
     path = _existing_store(args)
     store = Store(path)
@@ -372,13 +372,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    from flywheel.experiment import RESULTS_DIR, load_preset, run_experiment, write_report
+    from flywheel.config.presets import RESULTS_DIR, load_preset
+    from flywheel.drivers.experiment import run_experiment
+    from flywheel.reports.render import write_report
 
     preset = load_preset(args.preset)  # a bad preset: one line naming the fix, exit 2 (see main)
     runs = Path(args.runs_dir) if args.runs_dir else profile_of(args).runs_path / "experiments" / preset.name
     results = Path(args.results_dir) if args.results_dir else RESULTS_DIR / preset.name
-    from flywheel.store import check_store
-    from flywheel.validation import check_writable_dir
+    from flywheel.config.validation import check_writable_dir
+    from flywheel.core.store import check_store
 
     check_writable_dir(runs, "--runs-dir")
     check_writable_dir(results, "--results-dir")
@@ -414,7 +416,7 @@ def _commit_results(results: Path):
 
 
 def cmd_paper(args: argparse.Namespace) -> int:
-    from flywheel.paper import write_paper
+    from flywheel.reports.paper import write_paper
 
     data = write_paper(args.experiments, runs=Path(args.runs_dir) if args.runs_dir else None,
                        runs_root=profile_of(args).runs_path,
@@ -427,9 +429,9 @@ def cmd_paper(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from flywheel.export import export_store
-    from flywheel.store import Store
-    from flywheel.validation import ConfigurationError, check_plain_name, check_writable_dir
+    from flywheel.config.validation import ConfigurationError, check_plain_name, check_writable_dir
+    from flywheel.core.store import Store
+    from flywheel.reports.export import export_store
 
     path = _existing_store(args)
     out = check_writable_dir(Path(args.out), "--out")
@@ -470,7 +472,7 @@ class Parser(argparse.ArgumentParser):
 def _number(option: str, kind: type) -> object:
     """argparse type of a numeric flag: text that does not read as `kind` (1e6 for an integer, abc) gets the
     range of `option` (validation.BOUNDS), as an out-of-range number does."""
-    from flywheel.validation import BOUNDS
+    from flywheel.config.validation import BOUNDS
 
     def parse(text: str):
         try:
@@ -492,7 +494,10 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 def build_parser() -> argparse.ArgumentParser:
     from envs import DEFAULT_BENCHMARK, REGISTRY
-    from flywheel.settings import PROFILE_ENV, SMOLLM2_DIR  # not flywheel.profile: --help imports no Dagster
+    from flywheel.core.settings import (  # not flywheel.profile: --help imports no Dagster
+        PROFILE_ENV,
+        SMOLLM2_DIR,
+    )
 
     parser = Parser(
         prog="flywheel", formatter_class=HelpFormatter,
@@ -600,16 +605,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _user_error(exc: Exception, kinds: tuple[type[Exception], ...]) -> bool:
     """A configuration or environment error the user fixes (shown as one line), not a bug (a traceback)."""
-    slots = sys.modules.get("flywheel.slots")  # imported only by commands that use an instance
-    store = sys.modules.get("flywheel.store")
+    slots = sys.modules.get("flywheel.orchestration.slots")  # imported only by commands that use an instance
+    store = sys.modules.get("flywheel.core.store")
     return isinstance(exc, kinds + ((slots.PoolBusyError,) if slots else ())
                       + ((store.ForeignStoreError, store.StoreBusyError) if store else ()))
 
 
 def main(argv: list[str] | None = None) -> int:
     from envs.data import MissingDataError
+    from flywheel.config.validation import ConfigurationError
     from flywheel.policy.models import ModelNotFoundError
-    from flywheel.validation import ConfigurationError
 
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -9,7 +9,7 @@ import dagster as dg
 from flywheel.assets import baselines, bootstrap, checks, curriculum, evaluation, refinement, training
 from flywheel.assets.baselines import previous_iteration
 from flywheel.assets.summary import flywheel_summary
-from flywheel.partitions import Partitions, benchmark_partitions, flywheel_partitions
+from flywheel.orchestration.partitions import Partitions, benchmark_partitions, flywheel_partitions
 from flywheel.profile import PROFILE_ENV, Profile, load_profile
 from flywheel.sensors import iteration_run_tags, loop_automation
 

@@ -23,7 +23,7 @@ A profile names:
   scripted teacher; `{base_url, model, ...}`: an OpenAI-compatible teacher, key from $FLYWHEEL_TEACHER_API_KEY).
 
 Every field is declared once, in its resource class; an unknown field fails before any work,
-naming the valid ones. Experiment presets (`flywheel/experiment.py`) are profiles plus arms and
+naming the valid ones. Experiment presets (`flywheel/config/presets.py`) are profiles plus arms and
 build their resources with `build_resources` below.
 
 Nothing here reads the environment: the code location (`flywheel.definitions.defs`) and the CLI
@@ -40,7 +40,13 @@ from typing import Any
 import dagster as dg
 import yaml
 
-from flywheel.settings import (
+from flywheel.config.validation import (
+    ConfigurationError,
+    check_benchmark,
+    check_benchmark_refs,
+    check_options,
+)
+from flywheel.core.settings import (
     DEFAULT_LOOP_CRON,
     DEFAULT_MAX_ITERATION,
     DEFAULT_RUNS_DIR,
@@ -48,7 +54,16 @@ from flywheel.settings import (
     REPO_ROOT,
     SMOLLM2_DIR,
 )
-from flywheel.validation import ConfigurationError, check_options
+from flywheel.resources import (
+    CurriculumResource,
+    EnvResource,
+    LoopResource,
+    MethodResource,
+    OpenAITeacherResource,
+    ScriptedTeacherResource,
+    StoreResource,
+)
+from flywheel.resources.policy import ManagedVLLMPolicy, OpenAICompatiblePolicy, TransformersPolicy
 
 SECTIONS = ("envs", "policy", "loop", "curriculum", "teacher", "method")
 # The names `policy_backend` takes, checked without importing the resources (they import torch).
@@ -57,7 +72,6 @@ POLICY_BACKENDS = ("transformers", "vllm", "openai")
 
 def policy_classes() -> dict[str, type[dg.ConfigurableResource]]:
     """`policy_backend` name -> the policy resource class it picks."""
-    from flywheel.resources.policy import ManagedVLLMPolicy, OpenAICompatiblePolicy, TransformersPolicy
 
     return dict(zip(POLICY_BACKENDS, (TransformersPolicy, ManagedVLLMPolicy, OpenAICompatiblePolicy), strict=True))
 
@@ -94,7 +108,6 @@ class Profile:
     source: str = ""
 
     def __post_init__(self) -> None:
-        from flywheel.validation import check_benchmark, check_benchmark_refs
 
         where = self.source or "profile"
         for name in ("runs_dir", "model", "loop_cron"):
@@ -208,9 +221,6 @@ def load_profile(path: str | Path | None) -> Profile:
 # -- resources -------------------------------------------------------------------------------
 def resource_classes(policy_backend: str) -> dict[str, type[dg.ConfigurableResource]]:
     """Section name -> the resource class that section configures (the policy's by backend)."""
-    from flywheel.assets.baselines import MethodResource
-    from flywheel.assets.curriculum import CurriculumResource
-    from flywheel.resources import EnvResource, LoopResource
 
     policies = policy_classes()
     if policy_backend not in policies:
@@ -240,7 +250,6 @@ def build_resources(
 
     `benchmark_refs` (the benchmarks named by reference) reach `envs`, which every spec lookup goes
     through; `benchmarks` (the partitions, when known) bound the loop's."""
-    from flywheel.resources import OpenAITeacherResource, ScriptedTeacherResource, StoreResource
 
     out: dict[str, dg.ConfigurableResource] = {
         "store": StoreResource(path=str(runs_dir / "flywheel.duckdb"), **(store_fields or {}))}

@@ -8,7 +8,7 @@ Both evaluate the same `evaluate_loop`, per benchmark:
    at the first undecided k: wait until `gated_dataset(b,k)` ran, its blocking check
    `gated_dataset_is_usable` was evaluated (both read from the store, where they record
    themselves) and `evaluation(b,k)` materialized (read from the Dagster instance through its
-   public API), then `flywheel.loop.decide` says continue or stop and why;
+   public API), then `flywheel.core.decisions.decide` says continue or stop and why;
    the decision is claimed in `iterations` (so the sensor and the schedule never both
    launch), and "continue" requests `iteration_job(b, k+1)` with the decision in its tags.
 
@@ -27,12 +27,13 @@ from typing import Any
 
 import dagster as dg
 
-from flywheel.loop import Decision, IterationFacts, StopRules, decide, gate_allows_next
-from flywheel.partitions import DEFAULT as DEFAULT_PARTITIONS
-from flywheel.partitions import DEFAULT_MAX_ITERATION, Partitions, parse_key, partition_key
+from flywheel.core.decisions import Decision, IterationFacts, StopRules, decide, gate_allows_next
+from flywheel.core.settings import DEFAULT_LOOP_CRON
+from flywheel.core.store import Store
+from flywheel.orchestration.partitions import DEFAULT as DEFAULT_PARTITIONS
+from flywheel.orchestration.partitions import DEFAULT_MAX_ITERATION, Partitions, parse_key, partition_key
+from flywheel.orchestration.slots import release_dead_slots
 from flywheel.resources import LoopResource, StoreResource
-from flywheel.settings import DEFAULT_LOOP_CRON
-from flywheel.store import Store
 
 ITERATION_JOB = "iteration_job"
 CURRICULUM = dg.AssetKey("synthetic_curriculum")
@@ -154,7 +155,7 @@ def _benchmark_tick(instance: dg.DagsterInstance, db: Store, rules: StopRules, b
         if missing:
             return state("waiting", k, f"waiting for {', '.join(missing)} of {partition}")
         history = [_facts(db, benchmark, i, rows, True) for i in range(k)]
-        # The one gate rule (flywheel.loop.gate_allows_next), also applied by sft_checkpoint(b, k+1).
+        # The one gate rule (flywheel.core.decisions.gate_allows_next), also applied by sft_checkpoint(b, k+1).
         gate_ok = gate_allows_next(passed, gated_new=int(gate.get("passed") or 0) if gate else 0,
                                    continue_on_empty_gate=continue_on_empty_gate)
         history.append(_facts(db, benchmark, k, rows, gate_ok))
@@ -234,7 +235,6 @@ def free_dead_slots(instance: dg.DagsterInstance, log) -> list[str]:
     are processes of this host, whose pids can be checked (other launchers have run monitoring)."""
     if not isinstance(instance.run_launcher, dg.DefaultRunLauncher):
         return []
-    from flywheel.slots import release_dead_slots
 
     return release_dead_slots(instance, log=log.warning)
 

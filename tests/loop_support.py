@@ -24,13 +24,13 @@ from dagster._serdes import ConfigurableClass, ConfigurableClassData
 
 from envs import get_benchmark
 from flywheel.assets.curriculum import CurriculumResource
+from flywheel.core.prompting import format_response
+from flywheel.core.store import Store
 from flywheel.definitions import build_defs
-from flywheel.partitions import run_max_iteration
+from flywheel.orchestration.partitions import run_max_iteration
 from flywheel.policy.inference import Generation
 from flywheel.profile import Profile
-from flywheel.prompting import format_response
 from flywheel.resources import EnvResource, LoopResource, PolicyResource, StoreResource
-from flywheel.store import Store
 from tests.tinybench import NAME
 
 BENCH = NAME

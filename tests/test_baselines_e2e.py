@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from flywheel.cli import main
-from flywheel.experiment import load_preset, stage_plan
-from flywheel.methods import METHODS
-from flywheel.prompting import build_messages, parse_response
-from flywheel.store import Store
+from flywheel.config.methods import METHODS, method_stages
+from flywheel.config.presets import load_preset
+from flywheel.core.prompting import build_messages, parse_response
+from flywheel.core.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -49,21 +49,21 @@ def test_methods_imply_their_settings_and_stages(tmp_path):
     assert preset.arm_sections("bpo-stage2")["policy"].get("history_mode", "fused") == "fused"
     assert preset.arm_sections("rft")["loop"]["gate_drops_seed_repeats"] is False
     assert preset.method("grpo") == "grpo" and preset.arm_sections("grpo")["method"]["grpo_group_size"] == 2
-    names = {m: [s for s, _, _ in stage_plan("webshop", 2, m)] for m in METHODS}
+    names = {m: [s for s, _, _ in method_stages("webshop", 2, m)] for m in METHODS}
     assert names["base"] == ["bootstrap", "base:0", "evaluation:0"]
     assert names["react-sft"] == names["bpo-stage1"] == ["bootstrap", "sft:0", "evaluation:0"]
-    assert names["bpo-stage3"] == names["rft"] == names["bpo"] == [s for s, _, _ in stage_plan("webshop", 2)]
+    assert names["bpo-stage3"] == names["rft"] == names["bpo"] == [s for s, _, _ in method_stages("webshop", 2)]
     assert names["eto-dpo"][3:6] == ["rollouts:0", "dpo:1", "evaluation:1"] and names["eto-dpo"][-1] == "evaluation:2"
     assert names["grpo"][3:] == ["grpo:1", "evaluation:1", "grpo:2", "evaluation:2"]
     # Continuing arms may skip evaluating their k=0 SFT (another arm trains and evaluates the same one).
-    assert [s for s, _, _ in stage_plan("webshop", 1, "grpo", evaluate_start=False)] == [
+    assert [s for s, _, _ in method_stages("webshop", 1, "grpo", evaluate_start=False)] == [
         "bootstrap", "sft:0", "grpo:1", "evaluation:1"]
-    assert "evaluation:0" not in [s for s, _, _ in stage_plan("webshop", 1, "rft", evaluate_start=False)]
+    assert "evaluation:0" not in [s for s, _, _ in method_stages("webshop", 1, "rft", evaluate_start=False)]
     # ... and so does a plain flywheel arm (method.start_from without a method name: bpo).
-    assert [s for s, _, _ in stage_plan("webshop", 1, "bpo", evaluate_start=False)] == [
+    assert [s for s, _, _ in method_stages("webshop", 1, "bpo", evaluate_start=False)] == [
         "bootstrap", "sft:0", "rollouts:0", "sft:1", "evaluation:1"]
-    assert [s for s, _, _ in stage_plan("webshop", 1, "react-sft", evaluate_start=False)][-1] == "evaluation:0"
-    from flywheel.experiment import import_start_checkpoint
+    assert [s for s, _, _ in method_stages("webshop", 1, "react-sft", evaluate_start=False)][-1] == "evaluation:0"
+    from flywheel.drivers.experiment import import_start_checkpoint
 
     with pytest.raises(Exception, match=r"cannot start from arm 'bpo-stage1'.*\['policy\.history_mode', "
                                         r"'policy\.history_window'\] differ"):
@@ -84,7 +84,7 @@ def test_methods_imply_their_settings_and_stages(tmp_path):
 
 
 def test_react_prompt_is_a_growing_transcript():
-    from flywheel.prompting import HistoryItem
+    from flywheel.core.prompting import HistoryItem
 
     h = [HistoryItem(plan="p", action="search[x]", observation="results", thought="long thought one")]
     m1 = build_messages("Shop.", "Goal: buy x", [], history_mode="react")
@@ -182,7 +182,7 @@ def test_shipped_baselines_preset_names_every_method():
 def test_a_store_from_before_the_method_column_gains_it(tmp_path):
     import duckdb
 
-    from flywheel.store import SCHEMA, ForeignStoreError
+    from flywheel.core.store import SCHEMA, ForeignStoreError
 
     old = SCHEMA.replace(",\n    method VARCHAR DEFAULT 'bpo');", ");").replace(", method VARCHAR DEFAULT 'bpo');", ");")
     assert old != SCHEMA

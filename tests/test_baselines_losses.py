@@ -4,10 +4,10 @@ and their agent-turn masks cover the agent's answers and nothing of the observat
 import pytest
 import torch
 
+from flywheel.core.trajectory import Step, Trajectory
 from flywheel.policy.dpo import DPOSettings, Pair, agent_tokens, make_pairs, train_dpo, transcript
 from flywheel.policy.grpo import GRPOSettings, NoLearningSignal, group_advantages, token_logps, train_grpo
 from flywheel.policy.models import build_tiny_model, load_model, load_tokenizer
-from flywheel.trajectory import Step, Trajectory
 
 INSTRUCTIONS = "You are shopping. Find the product and buy it."
 

@@ -1,11 +1,11 @@
 """Guards on the project's boundaries, read from the source: flywheel uses public Dagster APIs
-only, and the SQL lives in the store (flywheel/store.py and the curriculum's table module)."""
+only, and the SQL lives in the store (flywheel/core/store.py and the curriculum's table module)."""
 
 import re
 from pathlib import Path
 
 FLYWHEEL = Path(__file__).resolve().parents[1] / "flywheel"
-SQL_OWNERS = {"store.py", "curriculum/tables.py"}
+SQL_OWNERS = {"core/store.py", "curriculum/tables.py"}
 SQL = re.compile(r"\.(query|execute|sql)\(|\b(SELECT|INSERT INTO|DELETE FROM|CREATE TABLE)\b")
 
 
@@ -15,8 +15,8 @@ def _sources() -> dict[str, str]:
 
 def test_sources_are_found():
     sources = _sources()
-    assert {"store.py", "sensors.py", "assets/refinement.py"} <= set(sources)
-    assert SQL.search(sources["store.py"]) and re.search(r"^import dagster as dg$", sources["sensors.py"], re.M)
+    assert {"core/store.py", "sensors.py", "assets/refinement.py"} <= set(sources)
+    assert SQL.search(sources["core/store.py"]) and re.search(r"^import dagster as dg$", sources["sensors.py"], re.M)
 
 
 def test_no_private_dagster_imports():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flywheel.cli import build_parser, demo_resources, validate_demo_args
-from flywheel.validation import ConfigurationError
+from flywheel.config.validation import ConfigurationError
 
 
 def test_demo_defaults_use_the_small_model_settings_on_scienceworld(tmp_path):
@@ -104,7 +104,7 @@ def test_the_demo_defaults_without_a_profile_are_the_table_s(tmp_path):
 def test_model_tiny_is_built_for_the_demo_as_for_experiments(tmp_path, monkeypatch, capsys, where):
     """`--model tiny` (or the profile's `model: tiny`) is a tiny random Llama built under the demo's runs
     dir, as `flywheel experiment` builds it; the run itself is replaced here (the next test runs one)."""
-    import flywheel.pipeline
+    import flywheel.drivers.pipeline
     from flywheel.cli import main
 
     seen = {}
@@ -113,7 +113,7 @@ def test_model_tiny_is_built_for_the_demo_as_for_experiments(tmp_path, monkeypat
         seen["policy"] = resources["policy"]
         return []
 
-    monkeypatch.setattr(flywheel.pipeline, "run_flywheel", fake_run_flywheel)
+    monkeypatch.setattr(flywheel.drivers.pipeline, "run_flywheel", fake_run_flywheel)
     runs = tmp_path / "demo-runs"
     argv = ["demo", "--runs-dir", str(runs)] + (["--model", "tiny"] if where == "flag" else [])
     if where == "profile":
@@ -129,8 +129,8 @@ def test_the_demo_honours_continue_on_empty_gate(tmp_path, capsys):
     """The tiny model's gate is empty (it solves nothing): with the profile's `loop.continue_on_empty_gate`
     the demo trains and evaluates k=1 anyway and says so; its table has n and Wilson intervals."""
     from flywheel.cli import main
+    from flywheel.core.store import Store
     from flywheel.policy.models import build_tiny_model
-    from flywheel.store import Store
 
     tiny = str(build_tiny_model(tmp_path / "tiny", vocab_size=400))
     profile = _profile(tmp_path, "loop: {continue_on_empty_gate: true}\ncurriculum: {synthesize: false}\n"

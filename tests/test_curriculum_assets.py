@@ -14,12 +14,12 @@ import dagster as dg
 from envs.scienceworld import SPEC as SCIENCEWORLD
 from envs.scienceworld import ScienceWorldEnv
 from flywheel.assets.curriculum import CurriculumResource
+from flywheel.core.prompting import format_response
+from flywheel.core.store import Store
 from flywheel.definitions import stage_assets
-from flywheel.partitions import partition_key
+from flywheel.orchestration.partitions import partition_key
 from flywheel.policy.inference import Generation
-from flywheel.prompting import format_response
 from flywheel.resources import EnvResource, PolicyResource, ScriptedTeacherResource, StoreResource
-from flywheel.store import Store
 
 STAGES = ["expert_trajectories", "teacher_quaternions", "synthetic_curriculum"]
 

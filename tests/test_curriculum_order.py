@@ -5,12 +5,12 @@ import itertools
 import pytest
 
 from envs import get_benchmark
+from flywheel.core.trajectory import Step, Trajectory
 from flywheel.curriculum.buckets import Buckets, eval_buckets, quantile_buckets, success_by_bucket
 from flywheel.curriculum.complexity import ComplexityScorer, register_signal
 from flywheel.curriculum.order import CurriculumSampler, grade
 from flywheel.curriculum.proposals import pick_harder, read_proposal
 from flywheel.teacher.openai_teacher import OpenAITeacher, parse_proposals
-from flywheel.trajectory import Step, Trajectory
 from tests.openai_stub import StubServer
 
 

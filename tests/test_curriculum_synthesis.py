@@ -7,11 +7,11 @@ ALFWorld's full round trip (TextWorld compiles each new game, ~1 min) is marked 
 import pytest
 
 from envs import get_benchmark
+from flywheel.core.store import Store
 from flywheel.curriculum.proposals import get_synthesizer
 from flywheel.curriculum.solving import synthesize
 from flywheel.curriculum.tables import write_proposals
-from flywheel.seeds import collect_expert
-from flywheel.store import Store
+from flywheel.rollout.seeds import collect_expert
 from flywheel.teacher import ScriptedTeacher
 from flywheel.teacher.base import apply_annotations
 

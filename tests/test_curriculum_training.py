@@ -4,14 +4,14 @@ import dagster as dg
 import pytest
 
 import flywheel.assets.training as training_assets
-import flywheel.policy.training as training
+import flywheel.policy.sft as training
 from flywheel.assets.curriculum import CurriculumResource
-from flywheel.partitions import partition_key
+from flywheel.core.store import Store
+from flywheel.core.trajectory import Step, Trajectory
+from flywheel.orchestration.partitions import partition_key
 from flywheel.policy.models import build_tiny_model, load_tokenizer
-from flywheel.policy.training import TrainConfig, TrainResult, sft_examples, train_sft
+from flywheel.policy.sft import TrainConfig, TrainResult, sft_examples, train_sft
 from flywheel.resources import EnvResource, LoopResource, StoreResource, TransformersPolicy
-from flywheel.store import Store
-from flywheel.trajectory import Step, Trajectory
 
 BENCH = "scienceworld"
 
@@ -102,7 +102,7 @@ def test_sft_checkpoint_trains_easy_to_hard_and_inserts_gated_by_complexity(tmp_
 
 
 def test_a_step_cap_below_one_pass_is_reported_as_the_hardest_examples_never_trained():
-    from flywheel.policy.training import examples_never_trained
+    from flywheel.policy.sft import examples_never_trained
 
     # The old exact cap (whole_passes off): cpu-scienceworld's replay-all k=1 left 109 of 237 untrained.
     cfg = TrainConfig(order="given", max_steps=16, batch_size=8, whole_passes=False)

@@ -7,7 +7,7 @@ import pytest
 
 from envs import REGISTRY
 from flywheel.definitions import build_defs
-from flywheel.partitions import (
+from flywheel.orchestration.partitions import (
     DEFAULT_MAX_ITERATION,
     benchmark_of,
     flywheel_partitions,

@@ -4,11 +4,11 @@ import dagster as dg
 import pytest
 
 from flywheel.assets.curriculum import CurriculumResource
+from flywheel.core.store import Store
 from flywheel.definitions import build_defs
-from flywheel.partitions import partition_key
+from flywheel.orchestration.partitions import partition_key
 from flywheel.policy.models import build_tiny_model
 from flywheel.resources import EnvResource, StoreResource, TransformersPolicy
-from flywheel.store import Store
 
 
 @pytest.fixture(scope="module")

@@ -11,11 +11,11 @@ import dagster as dg
 import pytest
 
 from flywheel.assets.curriculum import CurriculumResource
+from flywheel.core.store import Store
 from flywheel.definitions import build_defs
-from flywheel.partitions import partition_key
+from flywheel.orchestration.partitions import partition_key
 from flywheel.policy.models import build_tiny_model
 from flywheel.resources import EnvResource, LoopResource, StoreResource, TransformersPolicy
-from flywheel.store import Store
 from tests.loop_support import OraclePolicy  # replays the teacher's answers after one extra look
 
 BENCH = "scienceworld"

@@ -15,11 +15,13 @@ import pytest
 import yaml
 
 from flywheel.cli import main
-from flywheel.experiment import load_preset, run_experiment, stage_plan
-from flywheel.quality import mcnemar_exact_p, paired_difference
+from flywheel.config.methods import method_stages
+from flywheel.config.presets import load_preset
+from flywheel.config.validation import ConfigurationError
+from flywheel.core.quality import mcnemar_exact_p, paired_difference
+from flywheel.core.store import Store
+from flywheel.drivers.experiment import run_experiment
 from flywheel.resources import EnvResource
-from flywheel.store import Store
-from flywheel.validation import ConfigurationError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -138,7 +140,7 @@ def test_killed_experiment_resumes_without_redoing_stages(tmp_path):
     assert len(ckpt0) == 1
     assert subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, timeout=600).returncode == 0
     done_after = json.loads(progress.read_text())["done"]
-    assert set(done_after) == {s for s, _, _ in stage_plan("webshop", 1)}
+    assert set(done_after) == {s for s, _, _ in method_stages("webshop", 1)}
     for stage, info in done_before.items():  # finished stages were not run again
         assert done_after[stage] == info
     for stage, info in done_after.items():  # each stage records the process's memory after it
@@ -189,7 +191,7 @@ def test_paired_difference_and_mcnemar():
 
 
 def test_arms_are_compared_with_the_first_evaluated_arm_paired_over_tasks():
-    from flywheel.experiment import compare_arms
+    from flywheel.reports.results import compare_arms
 
     tasks = [f"t{i}" for i in range(20)]
     ref = {(0, "seen"): {t: i < 2 for i, t in enumerate(tasks)}, (0, "unseen"): {t: False for t in tasks}}
@@ -207,8 +209,8 @@ def test_arms_are_compared_with_the_first_evaluated_arm_paired_over_tasks():
 def test_an_arm_that_starts_from_another_compares_with_its_k0_evaluation(tmp_path):
     """An arm with `method.start_from: A, evaluate_start: false` has no k=0 evaluation of its own: its k-vs-0
     rows are paired against A's k=0 evaluation of the same weights, and say so (`old_arm`)."""
-    from flywheel.experiment import arm_results
-    from flywheel.trajectory import Step, Trajectory
+    from flywheel.core.trajectory import Step, Trajectory
+    from flywheel.reports.results import arm_results
 
     def evaluated(path: Path, k: int, solved: set[int]) -> Store:
         db = Store(path)
@@ -238,7 +240,7 @@ def test_every_shipped_preset_builds_every_arm(path: Path, tmp_path: Path):
     """Each preset in experiments/ names only fields its resources take, for its backend and every arm:
     a preset that would fail on its first stage fails here instead (the vLLM backend refuses transformers-only
     fields such as max_batch_size)."""
-    from flywheel.experiment import build_resources
+    from flywheel.config.presets import build_resources
 
     preset = load_preset(str(path))
     for arm in preset.arms:
@@ -272,7 +274,7 @@ def test_each_arm_stops_the_servers_it_kept_warm(tmp_path):
 
 
 def test_plots_name_the_experiment_and_n_use_integer_ticks_and_skip_empty_ones(tmp_path, monkeypatch):
-    import flywheel.experiment as ex
+    import flywheel.reports.render as ex
 
     seen = {}
     finish = ex._finish

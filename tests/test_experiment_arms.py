@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flywheel.experiment import load_preset
-from flywheel.policy.training import TrainConfig, examples_never_trained, planned_steps
-from flywheel.provenance import weights_sha256
+from flywheel.config.presets import load_preset
+from flywheel.core.provenance import weights_sha256
+from flywheel.policy.sft import TrainConfig, examples_never_trained, planned_steps
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -88,7 +88,7 @@ def test_arms_from_separate_runs_folders_and_processes_merge_and_k0_is_checked(t
 
 
 def _k0_path(arm_dir: Path) -> Path:
-    from flywheel.store import Store
+    from flywheel.core.store import Store
 
     return Path(Store(arm_dir / "flywheel.duckdb", read_only=True).latest_checkpoint("webshop", 0)["path"])
 
@@ -125,7 +125,7 @@ def test_whole_passes_round_the_cap_to_passes_and_off_keeps_it():
 
 
 def test_replicates_pool_with_a_two_level_bootstrap():
-    from flywheel.quality import paired_difference, replicate_difference
+    from flywheel.core.quality import paired_difference, replicate_difference
 
     tasks = [f"t{i}" for i in range(40)]
     old = {t: i < 10 for i, t in enumerate(tasks)}

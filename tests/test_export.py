@@ -7,8 +7,8 @@ import pytest
 from datasets import load_from_disk
 
 from flywheel.cli import build_parser, main
-from flywheel.policy.training import sft_examples
-from flywheel.store import Store
+from flywheel.core.store import Store
+from flywheel.policy.sft import sft_examples
 from tests.test_store import make_traj
 
 

@@ -17,14 +17,19 @@ from dagster._core.storage.tags import WILL_RETRY_TAG
 from dagster._daemon.auto_run_reexecution.auto_run_reexecution import filter_runs_to_should_retry
 
 import flywheel.assets.training as training_assets
-from flywheel.assets.curriculum import CurriculumResource
+from flywheel.core.decisions import gate_allows_next
+from flywheel.core.store import Store
 from flywheel.definitions import build_defs
-from flywheel.failures import FAIL_ONCE_TAG, NO_RUN_RETRY_TAG
-from flywheel.loop import gate_allows_next
-from flywheel.partitions import partition_key
-from flywheel.policy.training import TrainResult
-from flywheel.resources import EnvResource, LoopResource, StoreResource, TransformersPolicy
-from flywheel.store import Store
+from flywheel.orchestration.failures import FAIL_ONCE_TAG, NO_RUN_RETRY_TAG
+from flywheel.orchestration.partitions import partition_key
+from flywheel.policy.sft import TrainResult
+from flywheel.resources import (
+    CurriculumResource,
+    EnvResource,
+    LoopResource,
+    StoreResource,
+    TransformersPolicy,
+)
 from tests.test_curriculum_training import BENCH, _store_with_seeds
 
 REPO = Path(__file__).resolve().parents[1]
@@ -183,7 +188,7 @@ def test_gate_check_verdict_goes_to_the_store_even_when_the_check_raises(tmp_pat
 
 
 def test_gate_rule_table():
-    # The one rule the sensor and sft_checkpoint share (flywheel.loop.gate_allows_next).
+    # The one rule the sensor and sft_checkpoint share (flywheel.core.decisions.gate_allows_next).
     assert gate_allows_next(True, gated_new=0) and not gate_allows_next(False, gated_new=5)
     assert gate_allows_next(None, gated_new=1) and not gate_allows_next(None, gated_new=0)
     assert gate_allows_next(False, gated_new=0, continue_on_empty_gate=True)

@@ -13,9 +13,9 @@ import pytest
 
 import flywheel.assets.training as training_assets
 from flywheel.assets.curriculum import CurriculumResource
-from flywheel.partitions import partition_key
+from flywheel.orchestration.partitions import partition_key
 from flywheel.policy.models import build_tiny_model
-from flywheel.policy.training import TrainResult, sft_examples, train_sft
+from flywheel.policy.sft import TrainResult, sft_examples, train_sft
 from flywheel.resources import EnvResource, LoopResource, StoreResource, TransformersPolicy
 from tests.test_curriculum_training import BENCH, _store_with_seeds
 from tests.test_store import make_traj
@@ -75,7 +75,7 @@ def test_train_sft_never_overwrites_a_checkpoint_directory(tmp_path):
         train_sft(tiny, rows, out)
     assert json.loads((out / "config.json").read_text()) == {"recorded": True}
     fresh = tmp_path / "ck" / "scienceworld-k0-y"
-    from flywheel.policy.training import TrainConfig
+    from flywheel.policy.sft import TrainConfig
 
     res = train_sft(tiny, rows, fresh, TrainConfig(max_steps=1, batch_size=2))
     assert res.path == str(fresh) and (fresh / "config.json").exists()

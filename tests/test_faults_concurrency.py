@@ -9,8 +9,8 @@ import multiprocessing as mp
 
 import pytest
 
-from flywheel.store import Store
-from flywheel.trajectory import Step, Trajectory
+from flywheel.core.store import Store
+from flywheel.core.trajectory import Step, Trajectory
 
 N = 120  # candidates per partition: enough rows that the two writers' transactions overlap
 
@@ -26,7 +26,7 @@ def _materialize(path: str, benchmark: str, start) -> None:
     import dagster as dg
 
     from flywheel.definitions import build_defs
-    from flywheel.partitions import partition_key
+    from flywheel.orchestration.partitions import partition_key
     from flywheel.resources import StoreResource
 
     job = build_defs({"store": StoreResource(path=path)}).resolve_job_def("iteration_job")

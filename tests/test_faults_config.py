@@ -11,12 +11,12 @@ import pytest
 import yaml
 
 from envs.scienceworld import tasks as sw_tasks
+from flywheel.config.validation import ConfigurationError, check_data
+from flywheel.core.store import Store
 from flywheel.definitions import build_defs
-from flywheel.partitions import partition_key
-from flywheel.pipeline import run_flywheel
+from flywheel.drivers.pipeline import run_flywheel
+from flywheel.orchestration.partitions import partition_key
 from flywheel.resources import EnvResource, LoopResource, StoreResource, TransformersPolicy
-from flywheel.store import Store
-from flywheel.validation import ConfigurationError, check_data
 from tests.loop_support import REPO_ROOT
 
 BENCH = "scienceworld"

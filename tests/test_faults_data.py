@@ -17,7 +17,7 @@ import pytest
 from envs.alfworld import data as alf
 from envs.alfworld.tasks import load_tasks
 from envs.data import MissingDataError
-from flywheel.validation import ConfigurationError, check_data
+from flywheel.config.validation import ConfigurationError, check_data
 from tests.loop_support import REPO_ROOT
 
 ARCHIVE = REPO_ROOT.parent / "shared" / "data" / alf.ARCHIVE

@@ -118,7 +118,7 @@ def test_export_names_are_checked_and_it_never_leaves_a_partial_or_stale_folder(
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []  # no work folder left
 
     # A write that fails half-way (a read-only folder, a full disk) leaves nothing: --out is as it was.
-    import flywheel.export as export
+    import flywheel.reports.export as export
 
     calls = []
 

@@ -4,9 +4,9 @@ instead of stalling in a backtracking regex (it used to take > 600 s in `cut_aft
 
 import time
 
+from flywheel.core.prompting import parse_response
 from flywheel.policy.inference import MAX_CHARS_PER_TOKEN, OpenAICompatibleGenerator, cut_after_action
-from flywheel.prompting import parse_response
-from flywheel.rollout import RolloutConfig, run_rollouts
+from flywheel.rollout.engine import RolloutConfig, run_rollouts
 from tests.fakes import CounterEnv, counter_task
 from tests.openai_stub import StubServer
 

@@ -19,12 +19,12 @@ from pathlib import Path
 import psutil
 
 from envs import get_benchmark
-from flywheel.evaluation import summarize
-from flywheel.gate import reward_gate
+from flywheel.core.gate import reward_gate
+from flywheel.core.metrics import summarize
+from flywheel.core.prompting import format_response
+from flywheel.core.store import Store
 from flywheel.policy.inference import Generation
-from flywheel.prompting import format_response
-from flywheel.rollout import RolloutConfig, run_rollouts
-from flywheel.store import Store
+from flywheel.rollout.engine import RolloutConfig, run_rollouts
 
 REPO = Path(__file__).resolve().parents[1]
 SCOPE = {"benchmark": "scienceworld", "iteration": 0, "source": "policy", "split": "train"}
@@ -33,9 +33,9 @@ CHILD = r'''
 import json, sys, time
 from envs import get_benchmark
 from flywheel.policy.inference import Generation
-from flywheel.prompting import format_response
-from flywheel.rollout import RolloutConfig, resume_rollouts
-from flywheel.store import Store
+from flywheel.core.prompting import format_response
+from flywheel.rollout.engine import RolloutConfig, resume_rollouts
+from flywheel.core.store import Store
 
 db_path, out_dir, pace = sys.argv[1], sys.argv[2], float(sys.argv[3])
 spec = get_benchmark("scienceworld")
@@ -60,7 +60,7 @@ plan_file = open(f"{out_dir}/plans.jsonl", "a")
 def log_plan(todo):
     plan_file.write(json.dumps([[t.task_id, s] for t, s in todo]) + "\n"); plan_file.flush()
 
-from flywheel import rollout
+import flywheel.rollout.engine as rollout
 original = rollout.run_rollouts
 def recording(todo, **kw):
     log_plan(todo)

@@ -13,12 +13,12 @@ import dagster as dg
 import pytest
 from dagster._serdes import serialize_value
 
+from flywheel.core.redaction import Redactor
+from flywheel.core.store import Store
 from flywheel.definitions import build_defs
-from flywheel.partitions import partition_key
+from flywheel.orchestration.partitions import partition_key
 from flywheel.policy.inference import OpenAICompatibleGenerator
-from flywheel.redaction import Redactor
 from flywheel.resources import EnvResource, OpenAICompatiblePolicy, StoreResource
-from flywheel.store import Store
 from tests.openai_stub import StubServer
 from tests.test_faults_teacher import (
     BENCH,

@@ -19,8 +19,8 @@ import time
 import dagster as dg
 import pytest
 
+from flywheel.orchestration.slots import PoolBusyError, check_pool_free
 from flywheel.policy.models import build_tiny_model
-from flywheel.slots import PoolBusyError, check_pool_free
 from tests.loop_support import REPO_ROOT
 from tests.test_curriculum_training import _store_with_seeds
 
@@ -32,8 +32,8 @@ import flywheel.assets.training as training_assets
 from flywheel import cli
 from flywheel.assets.curriculum import CurriculumResource
 from flywheel.definitions import build_defs
-from flywheel.partitions import partition_key
-from flywheel.policy.training import TrainResult
+from flywheel.orchestration.partitions import partition_key
+from flywheel.policy.sft import TrainResult
 from flywheel.resources import EnvResource, StoreResource, TransformersPolicy
 
 db, ck, mode, marker, model = sys.argv[1:6]

@@ -16,8 +16,8 @@ import duckdb
 import pytest
 
 from envs import get_benchmark
-from flywheel.store import ForeignStoreError, Store, StoreBusyError
-from flywheel.trajectory import Step, Trajectory
+from flywheel.core.store import ForeignStoreError, Store, StoreBusyError
+from flywheel.core.trajectory import Step, Trajectory
 
 BAD = "focus on \ud83d cup"  # a lone high surrogate
 

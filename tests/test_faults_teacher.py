@@ -16,10 +16,10 @@ import dagster as dg
 import pytest
 from dagster._serdes import serialize_value
 
+from flywheel.core.store import Store
+from flywheel.core.trajectory import Step, Trajectory
 from flywheel.definitions import build_defs
 from flywheel.resources import OpenAITeacherResource, StoreResource
-from flywheel.store import Store
-from flywheel.trajectory import Step, Trajectory
 from tests.openai_stub import StubServer
 
 SECRET = "sk-flywheel-TEST-5f3a9c1e7b2d4a60"

@@ -1,7 +1,7 @@
 from dataclasses import replace
 
-from flywheel.evaluation import markdown_table, summarize
-from flywheel.gate import dataset_problems, reward_gate
+from flywheel.core.gate import dataset_problems, reward_gate
+from flywheel.core.metrics import markdown_table, summarize
 from tests.test_store import make_traj
 
 
@@ -43,7 +43,7 @@ def _with_invalid(tr, at: int, action: str):
 
 
 def test_without_invalid_steps_keeps_what_the_agent_saw():
-    from flywheel.gate import without_invalid_steps
+    from flywheel.core.gate import without_invalid_steps
 
     clean = make_traj(n=3)
     assert without_invalid_steps(clean) is clean
@@ -64,9 +64,9 @@ def test_gate_drops_invalid_steps_before_it_compares_and_before_sft(tmp_path):
 
     from flywheel.assets import refinement
     from flywheel.assets.training import training_set
-    from flywheel.partitions import flywheel_partitions, partition_key
+    from flywheel.core.store import Store
+    from flywheel.orchestration.partitions import flywheel_partitions, partition_key
     from flywheel.resources import LoopResource, StoreResource
-    from flywheel.store import Store
 
     def bench(tr):
         return replace(tr, benchmark="scienceworld")

@@ -30,9 +30,9 @@ from dagster_graphql.test.utils import (
     infer_repository_selector,
 )
 
-from flywheel.partitions import partition_key
+from flywheel.core.store import Store
+from flywheel.orchestration.partitions import partition_key
 from flywheel.policy.models import build_tiny_model
-from flywheel.store import Store
 from tests import loop_support
 from tests.loop_support import BENCH, MODEL_ENV, ROOT_ENV, RecordingRunLauncher, loop_defs
 
@@ -147,7 +147,7 @@ def test_backfill_of_k_plus_one_after_a_failed_gate_fails_once(tmp_path, monkeyp
     failed, once: no op retry, no run retry, no checkpoint, the reason and the fix in the message."""
     from dagster._daemon.auto_run_reexecution.auto_run_reexecution import filter_runs_to_should_retry
 
-    from flywheel.failures import FAIL_ONCE_TAG
+    from flywheel.orchestration.failures import FAIL_ONCE_TAG
     model = tmp_path / "model"  # never loaded: the refusal comes before training
     model.mkdir()
     (model / "config.json").write_text("{}")

@@ -10,12 +10,12 @@ from contextlib import contextmanager
 import dagster as dg
 import pytest
 
+from flywheel.config.validation import ConfigurationError
+from flywheel.core.store import Store
 from flywheel.definitions import build_defs
-from flywheel.partitions import partition_key
+from flywheel.orchestration.partitions import partition_key
 from flywheel.resources import LoopResource, StoreResource
 from flywheel.sensors import evaluate_loop
-from flywheel.store import Store
-from flywheel.validation import ConfigurationError
 
 defs = build_defs()  # the defaults (no profile): every benchmark, iterations 0..3
 flywheel_sensor, flywheel_schedule = defs.resolve_sensor_def("flywheel_sensor"), defs.resolve_schedule_def("flywheel_schedule")

@@ -14,10 +14,10 @@ import time
 import dagster as dg
 import pytest
 
-from flywheel.partitions import partition_key
-from flywheel.pipeline import iterations_table, run_loop
+from flywheel.core.store import Store
+from flywheel.drivers.pipeline import iterations_table, run_loop
+from flywheel.orchestration.partitions import partition_key
 from flywheel.policy.models import build_tiny_model
-from flywheel.store import Store
 from tests.loop_support import BENCH, loop_defs, loop_profile, loop_resources, train_tasks
 
 FLYWHEEL_ASSETS = ["sft_checkpoint", "rollouts", "gated_dataset", "evaluation"]

@@ -3,19 +3,19 @@ rules, the confidence intervals, the store's loop tables, and the budget setting
 
 import pytest
 
-from flywheel.loop import IterationFacts, StopRules, decide
-from flywheel.quality import compare_iterations, newcombe_difference, paired_bootstrap, wilson_interval
-from flywheel.resources import LoopResource
-from flywheel.rollout import plan_resume
-from flywheel.sampling import (
+from flywheel.core.decisions import IterationFacts, StopRules, decide
+from flywheel.core.quality import compare_iterations, newcombe_difference, paired_bootstrap, wilson_interval
+from flywheel.core.sampling import (
     allocate_attempts,
     cap_per_task,
     history_from_rows,
     jobs_from_allocation,
     task_stats_rows,
 )
-from flywheel.store import Store
-from flywheel.trajectory import Trajectory
+from flywheel.core.store import Store
+from flywheel.core.trajectory import Trajectory
+from flywheel.resources import LoopResource
+from flywheel.rollout.engine import plan_resume
 from tests.fakes import counter_task
 from tests.test_store import make_traj
 
@@ -194,7 +194,7 @@ def test_task_stats_replace_per_iteration(tmp_path):
 
 def test_iteration_budget_is_checked_against_the_partitions():
     """K (loop.max_iterations) >= 0 always; K <= the highest iteration partition when it is known."""
-    from flywheel.validation import ConfigurationError
+    from flywheel.config.validation import ConfigurationError
 
     assert LoopResource(max_iterations=1).stop_rules(max_partition=3).max_iteration == 1
     with pytest.raises(ConfigurationError, match="must be >= 0"):

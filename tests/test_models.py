@@ -111,7 +111,7 @@ def test_action_line_stop_ends_a_looping_row_only_when_asked(tiny):
 
 def test_auto_dtype_follows_the_hardware(monkeypatch):
     """bf16 only where it is native: an AVX2-only CPU computes it ~100x slower than float32."""
-    import flywheel.policy.training as training
+    import flywheel.policy.models as training
     from flywheel.policy.models import resolve_dtype
     from flywheel.policy.vllm_server import VLLMServerConfig
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from flywheel.pipeline import GateBlocked, StageFailed, run_flywheel
+from flywheel.drivers.pipeline import GateBlocked, StageFailed, run_flywheel
 from flywheel.policy.models import build_tiny_model
 from flywheel.resources import EnvResource, StoreResource, TransformersPolicy
 

@@ -10,6 +10,7 @@ import dagster as dg
 import pytest
 
 from envs import REGISTRY
+from flywheel.config.validation import ConfigurationError
 from flywheel.definitions import build_defs
 from flywheel.profile import Profile, load_profile
 from flywheel.resources import (
@@ -18,7 +19,6 @@ from flywheel.resources import (
     ScriptedTeacherResource,
     TransformersPolicy,
 )
-from flywheel.validation import ConfigurationError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -190,10 +190,10 @@ def test_each_policy_knob_is_declared_once_with_its_configs_default():
     their own names and defaults, and hands every one of them on (no second default, no drop)."""
     import dataclasses
 
-    from flywheel.policy.training import TrainConfig
-    from flywheel.prompting import PromptShape
+    from flywheel.core.prompting import PromptShape
+    from flywheel.policy.sft import TrainConfig
     from flywheel.resources.policy import PolicyResource
-    from flywheel.rollout import RolloutConfig
+    from flywheel.rollout.engine import RolloutConfig
 
     resource_fields = PolicyResource.model_fields
     shared = 0

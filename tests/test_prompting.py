@@ -1,4 +1,4 @@
-from flywheel.prompting import (
+from flywheel.core.prompting import (
     INVALID_FORMAT_OBSERVATION,
     HistoryItem,
     build_messages,

@@ -12,12 +12,12 @@ import dagster as dg
 import pytest
 
 from flywheel.assets.curriculum import CurriculumResource
+from flywheel.core.store import Store
 from flywheel.definitions import build_defs
-from flywheel.partitions import partition_key
+from flywheel.orchestration.partitions import partition_key
 from flywheel.policy.models import build_tiny_model
 from flywheel.resources import EnvResource, StoreResource, TransformersPolicy
 from flywheel.resources.ray_cluster import RayConfig
-from flywheel.store import Store
 
 pytest.importorskip("ray.train", reason="needs the `ray` extra")
 pytestmark = pytest.mark.slow  # three local Ray clusters and a Ray Train run: ~3 min on 2 busy cores
@@ -37,7 +37,7 @@ def test_iteration_on_ray_through_the_dagster_assets(tmp_path, caplog):
     defs = build_defs(resources)
     instance = dg.DagsterInstance.ephemeral()
     assert defs.resolve_job_def("bootstrap_job").execute_in_process(partition_key="webshop", instance=instance).success
-    with caplog.at_level(logging.INFO, logger="flywheel.rollout_ray"):
+    with caplog.at_level(logging.INFO, logger="flywheel.rollout.ray_pool"):
         it0 = defs.resolve_job_def("iteration_job").execute_in_process(
             partition_key=str(partition_key("webshop", 0)), instance=instance,
             asset_selection=[dg.AssetKey(a) for a in ["sft_checkpoint", "rollouts", "evaluation"]],

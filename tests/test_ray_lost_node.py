@@ -23,8 +23,8 @@ from dataclasses import replace
 import pytest
 
 from envs import get_benchmark
-from flywheel.rollout import RolloutConfig
-from flywheel.rollout_ray import RayOptions
+from flywheel.rollout.engine import RolloutConfig
+from flywheel.rollout.ray_pool import RayOptions
 from tests.test_ray_rollouts import ExpertGenerator, expected_pairs, play, rows, tasks_of
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs the `ray` extra (make test installs it)")
@@ -82,7 +82,7 @@ def test_lost_node_replays_its_episodes_on_the_remaining_node(two_nodes, tmp_pat
     opts = RayOptions(env_actor_cpus=0.5, envs_per_actor=2, max_actor_replacements=2)
     cfg = RolloutConfig(temperature=0.0, parallel_envs=4, max_steps=6, max_env_retries=1, backend="ray", ray=opts)
     on_call, placed, later = remove_node_at(cluster, worker, 1)  # every slot (2 actors x 2 envs) is mid-episode
-    with caplog.at_level(logging.INFO, logger="flywheel.rollout_ray"):
+    with caplog.at_level(logging.INFO, logger="flywheel.rollout.ray_pool"):
         db = play(tmp_path / "lost.duckdb", "webshop", jobs, ExpertGenerator(tasks, spec, on_call), cfg)
 
     on_worker = sorted(n for n, node in placed.items() if node == worker.node_id)

@@ -19,15 +19,15 @@ from dataclasses import replace
 import pytest
 
 from envs import get_benchmark
+from flywheel.config.validation import ConfigurationError
+from flywheel.core.prompting import PromptShape, format_response
+from flywheel.core.store import Store
 from flywheel.policy.inference import Generation, TransformersGenerator
 from flywheel.policy.models import build_tiny_model
-from flywheel.prompting import PromptShape, format_response
 from flywheel.resources import TransformersPolicy
 from flywheel.resources.ray_cluster import RayConfig
-from flywheel.rollout import RolloutConfig, resume_rollouts, run_rollouts
-from flywheel.rollout_ray import RayGenerator, RayOptions
-from flywheel.store import Store
-from flywheel.validation import ConfigurationError
+from flywheel.rollout.engine import RolloutConfig, resume_rollouts, run_rollouts
+from flywheel.rollout.ray_pool import RayGenerator, RayOptions
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs the `ray` extra (make test installs it)")
 
@@ -170,7 +170,7 @@ def test_killed_env_actor_replays_its_episodes_on_another_actor(cluster, tmp_pat
     jobs = [(t, s) for t in tasks for s in range(2)]
     cfg = RolloutConfig(temperature=0.0, parallel_envs=4, max_steps=MAX_STEPS[benchmark], backend="ray", ray=OPTS)
     on_call, killed = kill_first_actor_at(1)  # every slot (2 actors x 2 envs) is mid-episode
-    with caplog.at_level(logging.WARNING, logger="flywheel.rollout_ray"):
+    with caplog.at_level(logging.WARNING, logger="flywheel.rollout.ray_pool"):
         db = play(tmp_path / "killed.duckdb", benchmark, jobs, ExpertGenerator(tasks, spec, on_call), cfg)
     assert killed and sum("lost" in r.message and killed[0] in r.message for r in caplog.records) == 1
     got = rows(db)

@@ -12,10 +12,10 @@ import pytest
 
 from flywheel.policy.inference import TransformersGenerator
 from flywheel.policy.models import build_tiny_model
-from flywheel.policy.training import TrainConfig, sft_examples, train_sft
+from flywheel.policy.sft import TrainConfig, sft_examples, train_sft
 from flywheel.resources import TransformersPolicy
 from flywheel.resources.ray_cluster import RayConfig
-from flywheel.rollout_ray import RayOptions
+from flywheel.rollout.ray_pool import RayOptions
 from tests.test_store import make_traj
 
 pytest.importorskip("ray.train", reason="SFT on Ray needs the `ray` extra")
@@ -28,7 +28,7 @@ def tiny(tmp_path_factory):
 
 @pytest.mark.slow  # a Ray cluster plus a Ray Train run: ~1.5 min on 2 busy cores
 def test_sft_runs_as_a_ray_train_job_and_publishes_the_checkpoint(tmp_path, tiny):
-    from flywheel.policy.training_ray import train_sft_on_ray
+    from flywheel.policy.sft_ray import train_sft_on_ray
 
     rows = sft_examples([make_traj(n=3), make_traj(task="t2", n=2)], lambda t: "instr")
     cfg = TrainConfig(max_steps=2, batch_size=2, learning_rate=1e-3, bf16=False)
@@ -53,7 +53,7 @@ def test_two_ray_train_workers_train_data_parallel_on_cpu(tmp_path, tiny):
     `train_sft` runs DDP over it: world size 2, each worker a different half of every global batch.
     (FSDP is not exercised: the HF Trainer does not enable it on CPU, measured: `is_fsdp_enabled`
     stays False with `fsdp="full_shard"` under torchrun on this machine.)"""
-    from flywheel.policy.training_ray import train_sft_on_ray
+    from flywheel.policy.sft_ray import train_sft_on_ray
 
     rows = sft_examples([make_traj(n=4), make_traj(task="t2", n=4)], lambda t: "instr")
     cfg = TrainConfig(max_steps=2, batch_size=2, learning_rate=1e-3, bf16=False)
@@ -66,7 +66,7 @@ def test_two_ray_train_workers_train_data_parallel_on_cpu(tmp_path, tiny):
 
 
 def test_policy_resource_sends_sft_to_ray_when_configured(tmp_path, tiny, monkeypatch):
-    import flywheel.policy.training_ray as training_ray
+    import flywheel.policy.sft_ray as training_ray
 
     calls = []
     monkeypatch.setattr(training_ray, "train_sft_on_ray", lambda *a, **kw: calls.append((a, kw)) or "ray-result")

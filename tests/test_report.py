@@ -5,9 +5,10 @@ from types import SimpleNamespace
 from typing import ClassVar
 
 from envs import REGISTRY
-from flywheel import paper, quality
-from flywheel.pipeline import paper_table
-from flywheel.store import Store
+from flywheel.core import quality
+from flywheel.core.store import Store
+from flywheel.drivers.pipeline import paper_table
+from flywheel.reports import paper
 from tests.test_benchmark_specs import BareSpec
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from flywheel.rollout import RolloutConfig, run_rollouts
+from flywheel.rollout.engine import RolloutConfig, run_rollouts
 from tests.fakes import CounterEnv, ScriptGenerator, ServerLikeGenerator, counter_task
 
 SCHEDULES = pytest.mark.parametrize("scheduling", ["ticks", "per_episode"])

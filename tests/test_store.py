@@ -2,8 +2,8 @@ import multiprocessing as mp
 
 import pytest
 
-from flywheel.store import Store
-from flywheel.trajectory import Step, Trajectory
+from flywheel.core.store import Store
+from flywheel.core.trajectory import Step, Trajectory
 
 
 def make_traj(task="t1", sample=0, iteration=0, source="policy", success=True, n=3) -> Trajectory:
@@ -101,7 +101,7 @@ def test_gate_check_verdict_is_recorded_replaced_and_cleared(tmp_path):
 def test_an_older_store_file_gains_the_gate_checks_table(tmp_path):
     import duckdb
 
-    from flywheel.store import SCHEMA
+    from flywheel.core.store import SCHEMA
 
     path = tmp_path / "old.duckdb"
     con = duckdb.connect(str(path))
@@ -206,8 +206,8 @@ def test_gated_growth_benchmarks_and_teacher_models(tmp_path):
 
 
 def test_success_views_count_successes_give_wilson_intervals_and_null_for_no_episode(tmp_path):
+    from flywheel.core.quality import wilson_interval
     from flywheel.curriculum.tables import write_eval_buckets
-    from flywheel.quality import wilson_interval
 
     db = Store(tmp_path / "s.duckdb")
     for k, (rate, n) in enumerate([(0.5, 10), (0.0, 0), (1.0, 4)]):

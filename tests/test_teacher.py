@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from flywheel.store import Store
+from flywheel.core.store import Store
 from flywheel.teacher import OpenAITeacher, ScriptedTeacher, TeacherError
 from flywheel.teacher.base import apply_annotations
 from tests.openai_stub import StubServer
@@ -29,7 +29,7 @@ def test_scripted_teacher_is_informative():
 
 def test_scripted_lookahead_names_only_what_the_agent_has_seen():
     """The answer object appears in o_2 (after looking around): no thought before that names it."""
-    from flywheel.trajectory import Step, Trajectory
+    from flywheel.core.trajectory import Step, Trajectory
 
     obs = ["You are in the kitchen.", "You teleport to the outside.", "Here you see: a butterfly, a rock.",
            "You focus on the butterfly.", "You move the butterfly to the inventory."]

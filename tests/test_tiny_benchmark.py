@@ -13,11 +13,11 @@ import dagster as dg
 import pytest
 
 import envs
+from flywheel.core.store import Store
 from flywheel.definitions import build_defs
-from flywheel.partitions import partition_key
+from flywheel.orchestration.partitions import partition_key
 from flywheel.policy.models import build_tiny_model
 from flywheel.profile import Profile, load_profile
-from flywheel.store import Store
 from tests.loop_support import OraclePolicy  # k+1 looks, then the teacher's answer
 from tests.test_e2e_scienceworld import check_results, run
 from tests.test_profile import assert_profile_refused

@@ -6,7 +6,7 @@ import pytest
 
 from flywheel.policy.inference import TransformersGenerator
 from flywheel.policy.models import build_tiny_model
-from flywheel.policy.training import TrainConfig, sft_examples, train_sft
+from flywheel.policy.sft import TrainConfig, sft_examples, train_sft
 from tests.test_store import make_traj
 
 
@@ -118,7 +118,7 @@ def test_a_micro_batch_that_does_not_divide_the_batch_is_a_clear_error(tiny, tmp
 
 
 def test_micro_batching_changes_the_fingerprint_only_when_it_splits_the_batch():
-    from flywheel.policy.training import training_fingerprint
+    from flywheel.policy.sft import training_fingerprint
 
     rows = sft_examples([make_traj(n=2)], lambda t: "instr")
     whole = training_fingerprint("m", rows, TrainConfig(micro_batch_size=None))

@@ -20,7 +20,7 @@ import dagster as dg
 import pytest
 
 from flywheel.definitions import build_defs
-from flywheel.partitions import partition_key
+from flywheel.orchestration.partitions import partition_key
 from flywheel.policy.models import build_tiny_model
 from tests.ui_support import MODEL_ENV, ROOT_ENV, ui_resources
 

@@ -21,7 +21,7 @@ from flywheel.policy.models import (
     has_generation_markers,
     load_tokenizer,
 )
-from flywheel.policy.training import TrainConfig, train_sft
+from flywheel.policy.sft import TrainConfig, train_sft
 
 # SmolLM2-Instruct's own template as its GGUF ships it (no markers; a default system turn).
 SMOLLM2_TEMPLATE = (

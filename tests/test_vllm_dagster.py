@@ -12,13 +12,13 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from flywheel.core.store import Store
 from flywheel.definitions import build_defs
-from flywheel.partitions import partition_key
+from flywheel.orchestration.partitions import partition_key
 from flywheel.policy.models import build_tiny_model
 from flywheel.policy.vllm_server import group_alive
 from flywheel.resources import EnvResource, LoopResource, ManagedVLLMPolicy, StoreResource
 from flywheel.resources.policy import stop_warm_servers
-from flywheel.store import Store
 
 BENCH = "scienceworld"
 STUB = str(Path(__file__).with_name("vllm_stub_server.py"))

@@ -27,7 +27,7 @@ from flywheel.policy.vllm_server import (
     reload_compatible,
 )
 from flywheel.resources import ManagedVLLMPolicy, TransformersPolicy, make_policy
-from flywheel.rollout import RolloutConfig, run_rollouts
+from flywheel.rollout.engine import RolloutConfig, run_rollouts
 from tests.fakes import CounterEnv, counter_task
 from tests.signal_support import PARENTS
 

@@ -14,7 +14,7 @@ from openai import OpenAI
 from flywheel.policy.models import build_tiny_model, has_generation_markers, load_tokenizer
 from flywheel.policy.vllm_server import DEFAULT_PYTHON, group_alive
 from flywheel.resources import ManagedVLLMPolicy
-from flywheel.rollout import RolloutConfig, run_rollouts
+from flywheel.rollout.engine import RolloutConfig, run_rollouts
 
 pytestmark = [
     pytest.mark.slow,

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flywheel.failures import NotRetryable
-from flywheel.store import Store
+from flywheel.core.store import Store
+from flywheel.orchestration.failures import NotRetryable
 
 
 def checkpoint_for(db: Store, benchmark: str, iteration: int) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import dagster as dg
 
-from flywheel.progress import counting_bar
+from flywheel.core.progress import counting_bar
 
 
 def progress_logger(context: dg.AssetExecutionContext, label: str, every_s: float = 10.0) -> Callable[[int, int], None]:

@@ -9,7 +9,7 @@
   with the group-normalised episode rewards gives checkpoint k.
 - `paper_report`: the paper's tables and Fig. 2 for an experiment (`flywheel paper EXPERIMENT` writes the same).
 
-Which method an arm runs is `MethodResource.name` (flywheel/methods.py lists them and the stages each
+Which method an arm runs is `MethodResource.name` (flywheel/config/methods.py lists them and the stages each
 runs); every trajectory and checkpoint the store writes carries it in its `method` column. The plain
 cores are flywheel/policy/dpo.py and flywheel/policy/grpo.py.
 """
@@ -25,57 +25,18 @@ from flywheel.assets._checkpoints import checkpoint_for, new_checkpoint_id
 from flywheel.assets._common import progress_logger
 from flywheel.assets.refinement import rollouts
 from flywheel.assets.training import sft_checkpoint
-from flywheel.evaluation import summarize
-from flywheel.methods import METHODS
-from flywheel.partitions import DEFAULT as DEFAULT_PARTITIONS
-from flywheel.partitions import flywheel_partitions, keys_of
+from flywheel.core.metrics import summarize
+from flywheel.orchestration.partitions import DEFAULT as DEFAULT_PARTITIONS
+from flywheel.orchestration.partitions import flywheel_partitions, keys_of
 from flywheel.policy.dpo import DPOSettings, Pair, make_pairs, train_dpo
 from flywheel.policy.grpo import GRPOSettings, NoLearningSignal, train_grpo
-from flywheel.resources import EnvResource, PolicyResource, StoreResource
-from flywheel.rollout import resume_rollouts
+from flywheel.reports.paper import default_dirs, write_paper
+from flywheel.resources import EnvResource, MethodResource, PolicyResource, StoreResource
+from flywheel.rollout.engine import resume_rollouts
 
 # (b, k-1) upstream -> (b, k) downstream: what a baseline at k reads (rollouts or the checkpoint of k-1),
 # over the placeholder partitions (build_defs swaps it for the profile's range).
 previous_iteration = DEFAULT_PARTITIONS.previous_iteration
-
-
-class MethodResource(dg.ConfigurableResource):
-    """The method this run belongs to (flywheel/methods.py) and the DPO/GRPO knobs."""
-
-    name: str = "bpo"
-    # Experiments: False skips evaluation:0 of methods that continue from a k=0 SFT another arm also trains
-    # and evaluates (flywheel.methods.method_stages).
-    evaluate_start: bool = True
-    # Experiments: take the k=0 SFT of this earlier arm (same envs/policy/curriculum/teacher) instead of training
-    # the same SFT again (flywheel.experiment.import_start_checkpoint).
-    start_from: str = ""
-    # Method sft-control: the arm whose SFT steps at each k > 0 this control trains, on seeds and curriculum
-    # only (flywheel.experiment reads them from that arm's store or committed results).
-    controls: str = ""
-    # DPO (eto-dpo)
-    dpo_beta: float = 0.1
-    dpo_learning_rate: float = 5e-6
-    dpo_epochs: float = 1.0
-    dpo_batch_size: int = 2
-    dpo_max_steps: int = -1
-    dpo_max_pairs_per_task: int = 2
-    # GRPO
-    grpo_group_size: int = 4  # G episodes per task
-    grpo_tasks: int = 0  # training tasks per update (0 = all of envs.tasks(b, "train"))
-    grpo_temperature: float = 1.0
-    grpo_learning_rate: float = 1e-5
-    grpo_epochs: int = 1
-    grpo_clip: float = 0.2
-    grpo_batch_size: int = 4
-    grpo_scale_rewards: bool = True
-
-    def check(self) -> str:
-        if self.name not in METHODS:
-            raise dg.Failure(f"method.name must be one of {', '.join(METHODS)}, got {self.name!r}")
-        return self.name
-
-    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self.check()
 
 
 def _needs_previous(db, benchmark: str, k: int, what: str) -> dict:
@@ -224,7 +185,6 @@ class PaperConfig(dg.Config):
 def paper_report(context: dg.AssetExecutionContext, config: PaperConfig) -> dg.MaterializeResult:
     """The paper's tables (1, 2, 4, 5) and Fig. 2 for an experiment's arms, every cell with n and a 95% interval;
     the same markdown, JSON and PNG as `flywheel paper EXPERIMENT`."""
-    from flywheel.paper import default_dirs, write_paper
 
     runs, results = default_dirs(config.experiment, config.runs_dir or None, config.results_dir or None)
     data = write_paper(config.experiment, runs=runs, results=results)

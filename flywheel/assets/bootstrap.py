@@ -4,11 +4,11 @@
 import dagster as dg
 
 from flywheel.assets._common import progress_logger, rounded
-from flywheel.failures import fail_once, fails_once
-from flywheel.partitions import benchmark_partitions
-from flywheel.prompting import system_message
+from flywheel.core.prompting import system_message
+from flywheel.orchestration.failures import fail_once, fails_once
+from flywheel.orchestration.partitions import benchmark_partitions
 from flywheel.resources import EnvResource, StoreResource, TeacherResource
-from flywheel.seeds import collect_expert
+from flywheel.rollout.seeds import collect_expert
 from flywheel.teacher.base import apply_annotations
 
 

@@ -1,15 +1,15 @@
 """Policy-quality check on `evaluation`: is checkpoint k better than k-1 on the seen split?
 
 Non-blocking, WARN severity: it never stops the loop (the loop's own stop rules do), it
-flags a regression in the UI. The statistics are in `flywheel.quality`.
+flags a regression in the UI. The statistics are in `flywheel.core.quality`.
 """
 
 
 import dagster as dg
 
 from flywheel.assets.evaluation import evaluation
-from flywheel.partitions import keys_of
-from flywheel.quality import compare_iterations
+from flywheel.core.quality import compare_iterations
+from flywheel.orchestration.partitions import keys_of
 from flywheel.resources import StoreResource
 
 

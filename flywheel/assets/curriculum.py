@@ -6,63 +6,24 @@ quaternions and stored as source="synthetic" (rejections are kept with their rea
 `curriculum_proposals`). Then every training trajectory, seed or synthetic, is scored
 and the easy-to-hard order is written to `curriculum`. The logic is in flywheel/curriculum.
 
-`CurriculumResource` holds the knobs and the ablation switch:
+`CurriculumResource` (flywheel/resources/curriculum_resource.py) holds the knobs and the ablation switch:
 `CurriculumResource(synthesize=False, order="shuffle")` is stage 1 alone.
 """
 
-import math
 from collections import Counter
 
 import dagster as dg
 
-from envs.base import BenchmarkSpec
 from flywheel.assets._common import progress_logger, rounded
 from flywheel.assets.bootstrap import teacher_quaternions
-from flywheel.curriculum.buckets import Buckets, eval_buckets
-from flywheel.curriculum.complexity import ComplexityScorer
-from flywheel.curriculum.order import MODES, grade
+from flywheel.core.metrics import markdown_table
+from flywheel.curriculum.order import grade
 from flywheel.curriculum.proposals import get_synthesizer
 from flywheel.curriculum.solving import length_stats, synthesize
 from flywheel.curriculum.tables import replace_synthetic_tasks, write_curriculum, write_proposals
-from flywheel.evaluation import markdown_table
-from flywheel.failures import fail_once, fails_once
-from flywheel.partitions import benchmark_partitions
-from flywheel.resources import EnvResource, StoreResource, TeacherResource
-
-
-class CurriculumResource(dg.ConfigurableResource):
-    """Stage-2 settings. `synthesize` and `order` are the ablation switches (Table 2: stage 1 = both off)."""
-
-    synthesize: bool = True  # propose, solve and keep synthetic tasks
-    order: str = "curriculum"  # "curriculum" (sorted by score) | "staged" (bucket by bucket) | "shuffle" (off)
-    proposals_per_seed: float = 0.5  # proposals per seed trajectory ...
-    max_proposals: int = 64  # ... at most this many per benchmark partition
-    candidate_limit: int = 64  # concrete candidates the env offers the teacher
-    scorer_weights: dict[str, float] = {"length": 1.0}  # complexity score = sum(weight * signal)
-    other_signal: str = "locations"  # second signal recorded beside length: locations | subgoals
-    train_bucket_edges: dict[str, list[float]] = {}  # per benchmark, score units; default: terciles
-    eval_bucket_edges: dict[str, list[float]] = {}  # per benchmark, gold-length units; default: the spec's
-    seed: int = 0
-
-    def mode(self) -> str:
-        if self.order not in MODES:
-            raise dg.Failure(f"curriculum.order must be one of {', '.join(MODES)}, got {self.order!r}")
-        return self.order
-
-    def scorer(self) -> ComplexityScorer:
-        try:
-            return ComplexityScorer(dict(self.scorer_weights), self.other_signal)
-        except ValueError as exc:
-            raise dg.Failure(str(exc)) from None
-
-    def n_proposals(self, n_seeds: int) -> int:
-        return min(self.max_proposals, max(1, math.ceil(self.proposals_per_seed * n_seeds)))
-
-    def train_edges(self, benchmark: str) -> list[float] | None:
-        return self.train_bucket_edges.get(benchmark) or None
-
-    def eval_buckets(self, spec: BenchmarkSpec) -> Buckets:
-        return eval_buckets(spec, self.eval_bucket_edges.get(spec.name))
+from flywheel.orchestration.failures import fail_once, fails_once
+from flywheel.orchestration.partitions import benchmark_partitions
+from flywheel.resources import CurriculumResource, EnvResource, StoreResource, TeacherResource
 
 
 @dg.asset(partitions_def=benchmark_partitions, group_name="curriculum", deps=[teacher_quaternions], kinds={"duckdb"})

@@ -11,16 +11,15 @@ import dagster as dg
 
 from flywheel.assets._checkpoints import checkpoint_for
 from flywheel.assets._common import metadata_table, progress_logger, rounded
-from flywheel.assets.curriculum import CurriculumResource
 from flywheel.assets.training import sft_checkpoint
+from flywheel.core.metrics import summarize
 from flywheel.curriculum.buckets import success_by_bucket
 from flywheel.curriculum.gold import gold_lengths
 from flywheel.curriculum.tables import write_eval_buckets
-from flywheel.evaluation import summarize
-from flywheel.failures import fails_once
-from flywheel.partitions import flywheel_partitions, keys_of
-from flywheel.resources import EnvResource, PolicyResource, StoreResource
-from flywheel.rollout import run_rollouts
+from flywheel.orchestration.failures import fails_once
+from flywheel.orchestration.partitions import flywheel_partitions, keys_of
+from flywheel.resources import CurriculumResource, EnvResource, PolicyResource, StoreResource
+from flywheel.rollout.engine import run_rollouts
 
 COLUMNS = ["split", "episodes", "errored", "success_rate", "avg_reward", "mean_steps",
            "tokens_per_step", "prompt_tokens_per_step", "invalid_action_rate"]

@@ -1,7 +1,7 @@
 """Stage 3 (self-refinement): policy rollouts on training tasks and the reward gate.
 
 `rollouts(b,k)` spends a fixed budget (`samples_per_task` x tasks) adaptively: tasks the
-policy rarely solved in earlier iterations get more attempts (`flywheel.sampling`); the
+policy rarely solved in earlier iterations get more attempts (`flywheel.core.sampling`); the
 per-task attempts/successes go to `task_stats`. Episodes are written as they finish and a
 re-run (op retry, run retry, manual) plays only the missing (task, sample) pairs.
 
@@ -15,20 +15,20 @@ import dagster as dg
 
 from flywheel.assets._common import metadata_table, progress_logger, rounded
 from flywheel.assets.training import gated_trajectories, sft_checkpoint
-from flywheel.evaluation import summarize
-from flywheel.failures import fail_once, fails_once, mark_run_not_retryable
-from flywheel.gate import dataset_problems, reward_gate, without_invalid_steps
-from flywheel.partitions import flywheel_partitions, keys_of
-from flywheel.resources import EnvResource, LoopResource, PolicyResource, StoreResource
-from flywheel.rollout import resume_rollouts
-from flywheel.sampling import (
+from flywheel.config.validation import check_options
+from flywheel.core.gate import dataset_problems, reward_gate, without_invalid_steps
+from flywheel.core.metrics import summarize
+from flywheel.core.sampling import (
     allocate_attempts,
     cap_per_task,
     history_from_rows,
     jobs_from_allocation,
     task_stats_rows,
 )
-from flywheel.validation import check_options
+from flywheel.orchestration.failures import fail_once, fails_once, mark_run_not_retryable
+from flywheel.orchestration.partitions import flywheel_partitions, keys_of
+from flywheel.resources import EnvResource, LoopResource, PolicyResource, StoreResource
+from flywheel.rollout.engine import resume_rollouts
 
 # A failed rollouts step (generator OOM, a JVM that will not start, a killed worker thread)
 # is retried in the same run; it resumes from the episodes already in DuckDB.
@@ -165,7 +165,7 @@ def check_gated_dataset(context: dg.AssetCheckExecutionContext, store: StoreReso
         db.record_gate_check(benchmark, k, passed=False, trajectories=0, problems=[f"the check raised: {exc!r}"])
         raise
     db.record_gate_check(benchmark, k, passed=not problems, trajectories=len(trajs), problems=problems)
-    if problems:  # the same data fails the same way on a retry: this run fails once (flywheel.failures)
+    if problems:  # the same data fails the same way on a retry: this run fails once (flywheel.orchestration.failures)
         mark_run_not_retryable(context, f"gated_dataset_is_usable failed for {benchmark}|{k}: {problems[0]}")
     return dg.AssetCheckResult(
         passed=not problems,

@@ -4,7 +4,7 @@ Downstream of every `evaluation(b, k)`; its metadata holds the per-iteration tab
 (`MetadataValue.table`: success per split with 95% Wilson intervals, average reward, tokens per
 step, new unique successes, gated total, train loss), the chart (a PNG written beside the store,
 embedded in a markdown entry and linked by path) and a few key floats for Dagster's own plots.
-The numbers come from the store (`flywheel.dashboard`), so it can be re-materialized at any time.
+The numbers come from the store (`flywheel.reports.dashboard`), so it can be re-materialized at any time.
 """
 
 import base64
@@ -14,9 +14,9 @@ import dagster as dg
 
 from flywheel.assets._common import metadata_table, rounded
 from flywheel.assets.evaluation import evaluation
-from flywheel.dashboard import columns, key_metrics, render_chart, summary_rows
-from flywheel.failures import fails_once
-from flywheel.partitions import benchmark_partitions, by_benchmark
+from flywheel.orchestration.failures import fails_once
+from flywheel.orchestration.partitions import benchmark_partitions, by_benchmark
+from flywheel.reports.dashboard import columns, key_metrics, render_chart, summary_rows
 from flywheel.resources import StoreResource
 
 

@@ -27,22 +27,22 @@ from flywheel.assets._checkpoints import (
     new_checkpoint_id,
     reusable_checkpoint,
 )
-from flywheel.assets.curriculum import CurriculumResource, synthetic_curriculum
+from flywheel.assets.curriculum import synthetic_curriculum
+from flywheel.core.decisions import gate_allows_next, gate_refusal
+from flywheel.core.gate import without_invalid_steps
+from flywheel.core.provenance import weights_sha256
+from flywheel.core.store import Store
+from flywheel.core.trajectory import Trajectory
 from flywheel.curriculum.order import assign_buckets, grade
 from flywheel.curriculum.tables import write_training_order
-from flywheel.failures import fail_once, fails_once
-from flywheel.gate import without_invalid_steps
-from flywheel.loop import gate_allows_next, gate_refusal
-from flywheel.partitions import by_benchmark, flywheel_partitions, keys_of
-from flywheel.policy.training import examples_never_trained, sft_examples, train_sft, training_fingerprint
-from flywheel.provenance import weights_sha256
-from flywheel.resources import EnvResource, LoopResource, PolicyResource, StoreResource
-from flywheel.store import Store
-from flywheel.trajectory import Trajectory
+from flywheel.orchestration.failures import fail_once, fails_once
+from flywheel.orchestration.partitions import by_benchmark, flywheel_partitions, keys_of
+from flywheel.policy.sft import examples_never_trained, sft_examples, train_sft, training_fingerprint
+from flywheel.resources import CurriculumResource, EnvResource, LoopResource, PolicyResource, StoreResource
 
 
 def _weights_hash(path: str) -> str | None:
-    """The checkpoint's weights hash (flywheel.provenance.weights_sha256); None for a folder without weight files."""
+    """The checkpoint's weights hash (flywheel.core.provenance.weights_sha256); None for a folder without weight files."""
     try:
         return weights_sha256(path)
     except FileNotFoundError:
@@ -157,7 +157,7 @@ def sft_checkpoint(
                "tokens_trained": round(result.tokens_per_pass * result.steps * cfg.batch_size * cfg.grad_accum
                                        * result.world_size / max(result.n_examples, 1)),
                "train_seconds": round(time.monotonic() - started, 1),
-               # Equal weights, equal hash: arms that share this k=0 across machines check it (flywheel.provenance).
+               # Equal weights, equal hash: arms that share this k=0 across machines check it (flywheel.core.provenance).
                "weights_sha256": _weights_hash(result.path),
                "examples_never_trained": examples_never_trained(result.n_examples, cfg, result.world_size)}
     # The exact pairs this checkpoint trained on, in order (dropped ones flagged): `flywheel export`.

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from envs.base import BenchmarkSpec, StepView
-from flywheel.trajectory import Trajectory
+from flywheel.core.trajectory import Trajectory
 
 Signal = Callable[[Sequence[StepView]], float]
 SIGNALS: dict[str, Signal] = {}

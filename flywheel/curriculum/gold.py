@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from envs.base import BenchmarkSpec, EnvError, Task
+from flywheel.core.store import Store
 from flywheel.curriculum.tables import cached_gold_lengths, write_gold_lengths
-from flywheel.store import Store
 
 
 def gold_length(spec: BenchmarkSpec, task: Task) -> int:

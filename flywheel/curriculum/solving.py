@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envs.base import Env, EnvError, Task
+from flywheel.core.trajectory import Trajectory
 from flywheel.curriculum.proposals import Proposal, TaskSynthesizer, pick_harder, read_proposal
-from flywheel.seeds import replay
+from flywheel.rollout.seeds import replay
 from flywheel.teacher.base import TeacherError, apply_annotations
-from flywheel.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
 

@@ -18,30 +18,9 @@ from typing import Any
 
 import polars as pl
 
+from flywheel.core.store import CURRICULUM_SCHEMA as SCHEMA
+from flywheel.core.store import Store
 from flywheel.curriculum.complexity import Complexity
-from flywheel.store import Store
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS curriculum_proposals (
-    benchmark VARCHAR, proposal_id VARCHAR, proposer VARCHAR, kind VARCHAR, params JSON,
-    rationale VARCHAR, status VARCHAR, reason VARCHAR, task_id VARCHAR, length INTEGER,
-    created_at TIMESTAMP, PRIMARY KEY (benchmark, proposal_id));
-CREATE TABLE IF NOT EXISTS curriculum (
-    benchmark VARCHAR, traj_id VARCHAR, position INTEGER, length INTEGER, other_signal DOUBLE,
-    score DOUBLE, bucket VARCHAR, source VARCHAR, task_id VARCHAR, other_signal_name VARCHAR,
-    scorer VARCHAR, created_at TIMESTAMP, PRIMARY KEY (benchmark, traj_id));
-CREATE TABLE IF NOT EXISTS training_order (
-    benchmark VARCHAR, iteration INTEGER, position INTEGER, traj_id VARCHAR, source VARCHAR,
-    length INTEGER, other_signal DOUBLE, score DOUBLE, bucket VARCHAR, mode VARCHAR,
-    created_at TIMESTAMP, PRIMARY KEY (benchmark, iteration, position));
-CREATE TABLE IF NOT EXISTS gold_lengths (
-    benchmark VARCHAR, split VARCHAR, task_id VARCHAR, length INTEGER, error VARCHAR,
-    created_at TIMESTAMP, PRIMARY KEY (benchmark, split, task_id));
-CREATE TABLE IF NOT EXISTS eval_buckets (
-    benchmark VARCHAR, iteration INTEGER, split VARCHAR, bucket VARCHAR, lo DOUBLE, hi DOUBLE,
-    episodes INTEGER, successes INTEGER, success_rate DOUBLE, mean_gold_length DOUBLE,
-    checkpoint_id VARCHAR, created_at TIMESTAMP, PRIMARY KEY (benchmark, iteration, split, bucket));
-"""
 
 
 def _now() -> datetime:

@@ -1,6 +1,6 @@
 """ETO-style DPO on trajectory pairs, with TRL's DPOTrainer; the loss is on the agent's turns only.
 
-A trajectory is one ReAct chat transcript (`flywheel.prompting`, history_mode "react"): system, the
+A trajectory is one ReAct chat transcript (`flywheel.core.prompting`, history_mode "react"): system, the
 task, then the agent's answers and the env's observations as alternating assistant/user turns.
 A pair shares the task (the system and first user turn are the prompt); chosen and rejected are
 the rest of two transcripts of that task: an expert (teacher) or successful trajectory, and a
@@ -24,8 +24,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from flywheel.prompting import Message, history_from_steps, react_messages
-from flywheel.trajectory import Trajectory
+from flywheel.core.prompting import Message, history_from_steps, react_messages
+from flywheel.core.trajectory import Trajectory
+from flywheel.policy.models import cpu_has_bf16, load_tokenizer, require_model
+from flywheel.policy.sft import _ProgressCallback, keep_fitting, quiet, unpublished_dirs
 
 log = logging.getLogger(__name__)
 
@@ -192,14 +194,6 @@ def train_dpo(
     from datasets import Dataset
     from trl import DPOConfig
 
-    from flywheel.policy.models import load_tokenizer, require_model
-    from flywheel.policy.training import (
-        _ProgressCallback,
-        cpu_has_bf16,
-        keep_fitting,
-        quiet,
-        unpublished_dirs,
-    )
 
     if not pairs:
         raise ValueError("no preference pairs: every task needs a chosen and a failed trajectory")

@@ -1,6 +1,6 @@
 """Multi-turn GRPO with the episode reward: G rollouts per task, group-normalised advantages on every agent turn.
 
-The rollouts are played by the project's own batched engine (`flywheel.rollout`), in the real
+The rollouts are played by the project's own batched engine (`flywheel.rollout.engine`), in the real
 envs, like every other method's; each episode is one ReAct chat transcript
 (`flywheel.policy.dpo.transcript`). For a task's group of G episodes with rewards r_i,
 A_i = (r_i - mean(r)) / (std(r) + eps) (TRL's `scale_rewards="group"`), and A_i weighs every
@@ -35,8 +35,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from flywheel.core.trajectory import Trajectory
 from flywheel.policy.dpo import agent_tokens, transcript
-from flywheel.trajectory import Trajectory
+from flywheel.policy.models import load_model, load_tokenizer, require_model
+from flywheel.policy.sft import keep_fitting, unpublished_dirs
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +131,6 @@ def train_grpo(
     a plain HF checkpoint at `out_dir` atomically. Raises NoLearningSignal when every advantage is 0."""
     import torch
 
-    from flywheel.policy.models import load_model, load_tokenizer, require_model
-    from flywheel.policy.training import keep_fitting, unpublished_dirs
 
     scored = group_advantages(trajs, scale_rewards=cfg.scale_rewards)
     useful = [(t, a) for t, a in scored if a != 0.0]

@@ -12,6 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
+from flywheel.core.redaction import Redactor
+from flywheel.policy.models import load_model, load_tokenizer, set_threads
+
 Message = dict[str, str]
 # One phrase of 2-60 characters repeated 8+ times in a row: a small model stuck in a loop.
 _LOOP = re.compile(r"(.{2,60}?)\1{7,}", re.S)
@@ -124,7 +127,6 @@ class TransformersGenerator:
         num_threads: int = 0,
         stop_on_loop: bool = False,
     ) -> None:
-        from flywheel.policy.models import load_model, load_tokenizer, set_threads
 
         self.stop_on_loop = stop_on_loop
         set_threads(num_threads)
@@ -215,7 +217,6 @@ class OpenAICompatibleGenerator:
     def __init__(self, *, base_url: str, model: str, api_key: str = "EMPTY", concurrency: int = 16) -> None:
         from openai import OpenAI
 
-        from flywheel.redaction import Redactor
 
         self.client = OpenAI(base_url=base_url, api_key=api_key)
         self.model = model

@@ -295,6 +295,15 @@ def load_tokenizer(path: str | Path):
     return tok
 
 
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bfloat16 natively (AMX or AVX512-BF16); AVX2 alone emulates it ~100x slower."""
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
 def resolve_dtype(dtype: str, device: str = "cpu") -> str:
     """"auto" -> bfloat16 where the hardware computes it natively (CUDA; CPUs with AMX or
     AVX512-BF16), else float32. On an AVX2-only CPU a bf16 matmul measured 0.4 GFLOP/s against
@@ -302,8 +311,6 @@ def resolve_dtype(dtype: str, device: str = "cpu") -> str:
     if dtype != "auto":
         return dtype
     import torch
-
-    from flywheel.policy.training import cpu_has_bf16
 
     if device.startswith("cuda"):
         return "bfloat16" if torch.cuda.is_available() else "float32"

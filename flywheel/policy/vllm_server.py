@@ -46,6 +46,8 @@ from pathlib import Path
 from typing import Literal
 
 from envs.owned import clean_signals
+from flywheel.core.settings import REPO_ROOT
+from flywheel.policy import models
 from flywheel.policy.inference import (
     Generation,
     Message,
@@ -55,7 +57,6 @@ from flywheel.policy.inference import (
     cut_after_action,
     looping,
 )
-from flywheel.settings import REPO_ROOT
 
 log = logging.getLogger(__name__)
 
@@ -112,9 +113,7 @@ class VLLMServerConfig:
         own "auto" takes the checkpoint's bf16, which an AVX2-only CPU computes ~100x slower."""
         if self.dtype != "auto" or shutil.which("nvidia-smi"):
             return self.dtype
-        from flywheel.policy.training import cpu_has_bf16
-
-        return "bfloat16" if cpu_has_bf16() else "float32"
+        return "bfloat16" if models.cpu_has_bf16() else "float32"
 
     def check(self) -> None:
         """Fail fast, naming the fix, when vLLM's environment is missing."""

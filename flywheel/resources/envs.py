@@ -6,16 +6,16 @@ from pydantic import PrivateAttr
 
 from envs import check_env_options, configure_spec, get_benchmark
 from envs.base import BenchmarkSpec, Env, Task
-from flywheel.failures import setup_fails_once
-from flywheel.partitions import benchmark_of
-from flywheel.rollout_ray import EnvFactory
-from flywheel.validation import (
+from flywheel.config.validation import (
     check_benchmark,
     check_benchmark_refs,
     check_benchmarks,
     check_data,
     check_options,
 )
+from flywheel.orchestration.failures import setup_fails_once
+from flywheel.orchestration.partitions import benchmark_of
+from flywheel.rollout.ray_pool import EnvFactory
 
 
 class EnvResource(dg.ConfigurableResource):
@@ -42,7 +42,7 @@ class EnvResource(dg.ConfigurableResource):
     _specs: dict[str, BenchmarkSpec] = PrivateAttr(default_factory=dict)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
-    @setup_fails_once  # invalid configuration: the run fails once (flywheel.failures)
+    @setup_fails_once  # invalid configuration: the run fails once (flywheel.orchestration.failures)
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """Fail the run at its first step, naming the fix, on unknown benchmarks or missing data."""
         check_options({"train_limit": self.train_limit, "eval_limit": self.eval_limit, "max_steps": self.max_steps},

@@ -2,10 +2,10 @@ from collections.abc import Iterable
 
 import dagster as dg
 
-from flywheel.failures import setup_fails_once
-from flywheel.loop import StopRules
-from flywheel.settings import DEFAULT_MAX_ITERATION
-from flywheel.validation import ConfigurationError, check_budget
+from flywheel.config.validation import ConfigurationError, check_budget
+from flywheel.core.decisions import StopRules
+from flywheel.core.settings import DEFAULT_MAX_ITERATION
+from flywheel.orchestration.failures import setup_fails_once
 
 
 class LoopResource(dg.ConfigurableResource):
@@ -33,7 +33,7 @@ class LoopResource(dg.ConfigurableResource):
     # no new behaviour); False keeps such repeats (one per task and sequence), as plain RFT would.
     gate_drops_seed_repeats: bool = True
     # The gate strips the steps the env rejected (invalid actions) from each success before it compares
-    # action sequences and before SFT reads it (flywheel.gate.without_invalid_steps); off: as played.
+    # action sequences and before SFT reads it (flywheel.core.gate.without_invalid_steps); off: as played.
     # On by default: cpu-webshop's gate admitted 17 of 49 steps at k=0 that the env had rejected
     # (`click[B0`, empty answers) and SFT k+1 imitated them. An invalid action changes no state, so the
     # cleaned success replays the same observations. cpu-scienceworld's arm `keep-invalid` measures it.

@@ -5,14 +5,17 @@ from typing import Any
 import dagster as dg
 from pydantic import PrivateAttr
 
-from flywheel.failures import setup_fails_once
+from flywheel.config.validation import BOUNDS, ConfigurationError, check_model_path, check_options
+from flywheel.core.prompting import PromptShape
+from flywheel.core.settings import DEFAULT_RUNS_DIR, REPO_ROOT, SMOLLM2_DIR
+from flywheel.orchestration.failures import setup_fails_once
 from flywheel.policy.inference import Generator, OpenAICompatibleGenerator, TransformersGenerator
-from flywheel.policy.training import TrainConfig, TrainResult, micro_batching, train_sft
-from flywheel.prompting import PromptShape
+from flywheel.policy.sft import TrainConfig, TrainResult, micro_batching, train_sft
+from flywheel.policy.sft_ray import train_sft_on_ray
+from flywheel.policy.vllm_server import ManagedVLLMGenerator, VLLMServer, VLLMServerConfig
 from flywheel.resources.ray_cluster import RayConfig, check_backend
-from flywheel.rollout import RolloutConfig
-from flywheel.settings import DEFAULT_RUNS_DIR, REPO_ROOT, SMOLLM2_DIR
-from flywheel.validation import BOUNDS, ConfigurationError, check_model_path, check_options
+from flywheel.rollout.engine import RolloutConfig
+from flywheel.rollout.ray_pool import RayGenerator
 
 
 class PolicyResource(dg.ConfigurableResource):
@@ -72,7 +75,7 @@ class PolicyResource(dg.ConfigurableResource):
     sft_backend: str = "local"
     ray: RayConfig = RayConfig()
 
-    @setup_fails_once  # invalid configuration: the run fails once (flywheel.failures)
+    @setup_fails_once  # invalid configuration: the run fails once (flywheel.orchestration.failures)
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """Fail fast, naming the fix, when the base model is missing and this run trains."""
         check_options({k: getattr(self, k) for k in (*BOUNDS, "dtype") if hasattr(self, k)}, where="policy.")
@@ -125,7 +128,6 @@ class PolicyResource(dg.ConfigurableResource):
     def train(self, base_model: str, examples: list[dict], out_dir, cfg: TrainConfig, progress) -> TrainResult:
         """SFT in this process (`sft_backend: local`) or as a Ray Train job (`ray`): the same TRL code."""
         if check_backend(self.sft_backend, "policy.sft_backend") == "ray":
-            from flywheel.policy.training_ray import train_sft_on_ray
 
             return train_sft_on_ray(base_model, examples, out_dir, cfg, self.ray_options(), progress=progress)
         return train_sft(base_model, examples, out_dir, cfg, progress=progress)
@@ -152,7 +154,6 @@ class TransformersPolicy(PolicyResource):
             model_id=checkpoint_id, num_threads=self.torch_threads, stop_on_loop=self.stop_on_loop,
         )
         if self.rollout_backend == "ray" and self.ray.generation_actor:  # the model in a Ray actor (GPU node)
-            from flywheel.rollout_ray import RayGenerator
 
             return RayGenerator(make, self.ray_options(), checkpoint_id)
         return make()
@@ -211,7 +212,6 @@ class ManagedVLLMPolicy(PolicyResource):
     _server: Any = PrivateAttr(default=None)
 
     def server_config(self):
-        from flywheel.policy.vllm_server import VLLMServerConfig
 
         if self.swap not in ("auto", "restart"):
             raise ValueError(f"policy.swap must be 'auto' or 'restart', got {self.swap!r}")
@@ -227,7 +227,6 @@ class ManagedVLLMPolicy(PolicyResource):
 
     def server(self):
         """This resource's server (not started until a generator needs it)."""
-        from flywheel.policy.vllm_server import VLLMServer
 
         if self._server is None:
             cfg = self.server_config()
@@ -239,7 +238,6 @@ class ManagedVLLMPolicy(PolicyResource):
         return self._server
 
     def generator(self, checkpoint_path: str, checkpoint_id: str) -> Generator:
-        from flywheel.policy.vllm_server import ManagedVLLMGenerator
 
         return ManagedVLLMGenerator(self.server(), checkpoint_path, checkpoint_id, stop_on_loop=self.stop_on_loop)
 

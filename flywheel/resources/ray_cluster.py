@@ -3,8 +3,8 @@ from typing import Any
 
 import dagster as dg
 
-from flywheel.rollout_ray import RayOptions
-from flywheel.validation import ConfigurationError
+from flywheel.config.validation import ConfigurationError
+from flywheel.rollout.ray_pool import RayOptions
 
 BACKENDS = ("local", "ray")
 

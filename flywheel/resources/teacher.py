@@ -1,7 +1,7 @@
 import dagster as dg
 
 from envs.base import BenchmarkSpec
-from flywheel.store import Store
+from flywheel.core.store import Store
 from flywheel.teacher import OpenAITeacher, ScriptedTeacher, Teacher
 
 

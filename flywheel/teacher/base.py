@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from flywheel.trajectory import Trajectory
+from flywheel.core.trajectory import Trajectory
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from flywheel.redaction import Redactor, preview
+from flywheel.core.redaction import Redactor, preview
+from flywheel.core.trajectory import Trajectory
 from flywheel.teacher.base import Annotation, TeacherError
-from flywheel.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

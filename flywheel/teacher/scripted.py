@@ -17,8 +17,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from flywheel.core.trajectory import Trajectory
+from flywheel.curriculum.proposals import pick_harder
 from flywheel.teacher.base import Annotation
-from flywheel.trajectory import Trajectory
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _WORD = re.compile(r"[a-z][a-z0-9]+")
@@ -99,6 +100,5 @@ class ScriptedTeacher:
         Candidates expected to be at least as long as the seed median come first, and the
         kinds (unused variation, harder task type, harder setting, ...) take turns.
         """
-        from flywheel.curriculum.proposals import pick_harder
 
         return pick_harder(candidates, [int(s.get("length", 0)) for s in seeds], n)

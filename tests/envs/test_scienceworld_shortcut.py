@@ -7,7 +7,7 @@ import pytest
 from envs import configure_spec, get_benchmark
 from envs.scienceworld import SPEC, ScienceWorldEnv, make_task
 from envs.scienceworld.shortcut import allows_teleport, teleport_shortcut
-from flywheel.seeds import collect_expert, replay
+from flywheel.rollout.seeds import collect_expert, replay
 
 
 def test_walks_collapse_into_one_teleport_to_where_they_end():

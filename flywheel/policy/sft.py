@@ -18,8 +18,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-from flywheel.prompting import PromptShape, history_from_steps
-from flywheel.trajectory import Trajectory
+from flywheel.core.progress import progress_bar
+from flywheel.core.prompting import PromptShape, history_from_steps
+from flywheel.core.trajectory import Trajectory
+from flywheel.policy.models import cpu_has_bf16, load_tokenizer, require_model
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +51,7 @@ class TrainConfig:
     # k=0 examples (462-946 tokens), random batches of 8 are 81% real tokens, length-grouped 98%.
     # Off by default: it changes which examples share a batch (and so the fingerprint).
     group_by_length: bool = False
-    # How each example's prompt is built (flywheel.prompting): the rollouts use the same shape.
+    # How each example's prompt is built (flywheel.core.prompting): the rollouts use the same shape.
     prompt: PromptShape = PromptShape()
     # The step budget is sized to whole passes over the set: a `max_steps` cap becomes the nearest whole
     # number of passes (at least one), each pass walking the set in order (easy -> hard under the
@@ -73,14 +75,6 @@ def micro_batching(cfg: TrainConfig) -> tuple[int, int]:
         raise ValueError(f"micro_batch_size={micro} must divide batch_size={cfg.batch_size}: "
                          "set policy.micro_batch_size to a divisor of policy.batch_size")
     return micro, cfg.grad_accum * (cfg.batch_size // micro)
-
-
-def cpu_has_bf16() -> bool:
-    try:
-        flags = open("/proc/cpuinfo").read()
-    except OSError:
-        return False
-    return "amx_bf16" in flags or "avx512_bf16" in flags
 
 
 @dataclass(frozen=True)
@@ -198,7 +192,6 @@ def train_sft(
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    from flywheel.policy.models import load_tokenizer, require_model
 
     if not examples:
         raise ValueError("no training examples: the dataset is empty")
@@ -312,7 +305,6 @@ class _ProgressCallback(_progress_callback_base()):
         self.bar = None  # a terminal bar (steps, rate, ETA); silent when stderr is not a TTY
 
     def on_train_begin(self, args, state, control, **kwargs):
-        from flywheel.progress import progress_bar
 
         self.bar = progress_bar(state.max_steps, "sft", unit="step")
 

@@ -1,7 +1,7 @@
 import dagster as dg
 
-from flywheel.settings import DEFAULT_RUNS_DIR
-from flywheel.store import Store
+from flywheel.core.settings import DEFAULT_RUNS_DIR
+from flywheel.core.store import Store
 
 
 class StoreResource(dg.ConfigurableResource):

@@ -1,6 +1,6 @@
 """Rollouts on Ray: env slots live in Ray actors, generation stays in the driver.
 
-The rollout engine (`flywheel.rollout.run_rollouts`) is the same for both backends: it asks a
+The rollout engine (`flywheel.rollout.engine.run_rollouts`) is the same for both backends: it asks a
 `make_env()` for env slots, batches the prompts of all live episodes into one `generate` call,
 and writes each finished episode through `on_finished` in the driver (one DuckDB writer). With
 `RolloutConfig(backend="ray")` the slots it gets are `RemoteEnv` handles: each is one env inside
@@ -69,7 +69,7 @@ class RayOptions:
     generation_actor: bool = False
     generation_cpus: float = 1.0
     generation_gpus: float = 0.0
-    # SFT on Ray Train (flywheel.policy.training_ray)
+    # SFT on Ray Train (flywheel.policy.sft_ray)
     sft_workers: int = 1
     sft_cpus_per_worker: float = 1.0
     sft_gpus_per_worker: float = 0.0

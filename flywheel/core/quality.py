@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from flywheel.store import Store
+from flywheel.core.store import Store
 
 Z95 = 1.959963984540054
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from flywheel.orchestration.partitions import partition_key
+
 REACT = {"policy": {"history_mode": "react", "history_window": None},
          "curriculum": {"synthesize": False, "order": "shuffle"}}
 
@@ -65,7 +67,6 @@ def method_stages(benchmark: str, iterations: int, method: str = "bpo", *,
     `evaluate_start=False` skips evaluation:0 of the methods that continue from a k=0 SFT (bpo-stage3, rft,
     eto-dpo, grpo): that SFT is trained exactly as another arm's (bpo-stage2's, react-sft's), whose k=0
     evaluation the tables use; the SFT itself still runs (it is where k=1 starts from)."""
-    from flywheel.partitions import partition_key
 
     plan = METHODS[check_method(method)]["plan"]
 

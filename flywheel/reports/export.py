@@ -28,9 +28,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from flywheel.store import Store
-from flywheel.trajectory import Trajectory
-from flywheel.validation import ConfigurationError
+from flywheel.config.validation import ConfigurationError
+from flywheel.core.store import Store
+from flywheel.core.trajectory import Trajectory
 
 
 def _traj_row(t: Trajectory) -> dict[str, Any]:
@@ -77,7 +77,7 @@ from datasets import load_from_disk
 ds = load_from_disk("{name}")  # this folder
 ```
 
-Written by `python -m flywheel.cli export` (flywheel/export.py).
+Written by `python -m flywheel.cli export` (flywheel/reports/export.py).
 """
 
 

@@ -7,7 +7,7 @@ batches concurrent requests itself (vLLM), every env slot plays its own episodes
 own thread and no episode waits for another's answer (`RolloutConfig.scheduling`).
 `parallel_envs=1` is the one-episode-at-a-time loop other harnesses use, kept for comparison.
 
-`RolloutConfig.backend="ray"` puts the env slots in Ray actors (`flywheel.rollout_ray`); the
+`RolloutConfig.backend="ray"` puts the env slots in Ray actors (`flywheel.rollout.ray_pool`); the
 engine, the batched generation and the writes stay here, in the driver.
 
 History lives here, not in the env. An env crash (`EnvError`) marks the episode
@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from envs.base import Env, EnvError, StepResult, Task
+from flywheel.core.prompting import INVALID_FORMAT_OBSERVATION, HistoryItem, PromptShape, parse_response
+from flywheel.core.store import Store
+from flywheel.core.trajectory import Source, Step, Trajectory
 from flywheel.policy.inference import Generator, clip_answer
-from flywheel.prompting import INVALID_FORMAT_OBSERVATION, HistoryItem, PromptShape, parse_response
-from flywheel.rollout_ray import RayOptions
-from flywheel.store import Store
-from flywheel.trajectory import Source, Step, Trajectory
+from flywheel.rollout.ray_pool import RayOptions, generator_started, ray_env_slots
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +40,10 @@ class RolloutConfig:
     max_new_tokens: int = 256
     parallel_envs: int = 8
     max_steps: int | None = None  # cap on top of each task's own limit
-    prompt: PromptShape = PromptShape()  # history mode, window and clipping (flywheel.prompting)
+    prompt: PromptShape = PromptShape()  # history mode, window and clipping (flywheel.core.prompting)
     max_env_retries: int = 2
     seed: int = 0
-    # Where env slots live: "local" (this process) or "ray" (Ray actors; see flywheel.rollout_ray).
+    # Where env slots live: "local" (this process) or "ray" (Ray actors; see flywheel.rollout.ray_pool).
     backend: Literal["local", "ray"] = "local"
     ray: RayOptions | None = None  # cluster and per-actor resources for backend="ray"
     # "ticks" (one batched generate per tick), "per_episode" (a thread per slot, one prompt per
@@ -146,7 +146,6 @@ def run_rollouts(
         return _play(jobs, make_env=make_env, cfg=cfg, **kwargs)
     if cfg.backend != "ray":
         raise ValueError(f"unknown rollout backend {cfg.backend!r}: use 'local' or 'ray'")
-    from flywheel.rollout_ray import generator_started, ray_env_slots
 
     n_slots = max(1, min(cfg.parallel_envs, len(jobs)))
     with ray_env_slots(make_env, cfg.ray or RayOptions(), n_slots) as pool, generator_started(kwargs.get("generator")):

@@ -22,7 +22,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from flywheel.trajectory import Step, Trajectory
+from flywheel.core.trajectory import Step, Trajectory
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -79,9 +79,32 @@ CREATE TABLE IF NOT EXISTS training_examples (
     PRIMARY KEY (checkpoint_id, position));
 """
 
+# The curriculum's tables (written by flywheel/curriculum/tables.py), created beside these.
+CURRICULUM_SCHEMA = """
+CREATE TABLE IF NOT EXISTS curriculum_proposals (
+    benchmark VARCHAR, proposal_id VARCHAR, proposer VARCHAR, kind VARCHAR, params JSON,
+    rationale VARCHAR, status VARCHAR, reason VARCHAR, task_id VARCHAR, length INTEGER,
+    created_at TIMESTAMP, PRIMARY KEY (benchmark, proposal_id));
+CREATE TABLE IF NOT EXISTS curriculum (
+    benchmark VARCHAR, traj_id VARCHAR, position INTEGER, length INTEGER, other_signal DOUBLE,
+    score DOUBLE, bucket VARCHAR, source VARCHAR, task_id VARCHAR, other_signal_name VARCHAR,
+    scorer VARCHAR, created_at TIMESTAMP, PRIMARY KEY (benchmark, traj_id));
+CREATE TABLE IF NOT EXISTS training_order (
+    benchmark VARCHAR, iteration INTEGER, position INTEGER, traj_id VARCHAR, source VARCHAR,
+    length INTEGER, other_signal DOUBLE, score DOUBLE, bucket VARCHAR, mode VARCHAR,
+    created_at TIMESTAMP, PRIMARY KEY (benchmark, iteration, position));
+CREATE TABLE IF NOT EXISTS gold_lengths (
+    benchmark VARCHAR, split VARCHAR, task_id VARCHAR, length INTEGER, error VARCHAR,
+    created_at TIMESTAMP, PRIMARY KEY (benchmark, split, task_id));
+CREATE TABLE IF NOT EXISTS eval_buckets (
+    benchmark VARCHAR, iteration INTEGER, split VARCHAR, bucket VARCHAR, lo DOUBLE, hi DOUBLE,
+    episodes INTEGER, successes INTEGER, success_rate DOUBLE, mean_gold_length DOUBLE,
+    checkpoint_id VARCHAR, created_at TIMESTAMP, PRIMARY KEY (benchmark, iteration, split, bucket));
+"""
+
 
 def _wilson_sql(s: str, n: str, z: float = 1.959963984540054) -> str:
-    """`ci_low, ci_high`: the 95% Wilson interval of s successes in n (flywheel.quality.wilson_interval), NULL when n = 0."""
+    """`ci_low, ci_high`: the 95% Wilson interval of s successes in n (flywheel.core.quality.wilson_interval), NULL when n = 0."""
     p, zz = f"(({s})::DOUBLE / ({n}))", z * z
     centre = f"(({p} + {zz} / (2 * ({n}))) / (1 + {zz} / ({n})))"
     half = f"({z} * sqrt({p} * (1 - {p}) / ({n}) + {zz} / (4 * ({n}) * ({n}))) / (1 + {zz} / ({n})))"
@@ -192,8 +215,6 @@ def _text(value: Any) -> Any:
 @functools.cache
 def _expected_columns() -> dict[str, list[str]]:
     """Each table of SCHEMA (and the curriculum's) -> its column names, read from an in-memory database."""
-    from flywheel.curriculum.tables import SCHEMA as CURRICULUM_SCHEMA  # tables created beside these
-
     con = duckdb.connect(":memory:")
     try:
         con.execute(SCHEMA + CURRICULUM_SCHEMA)
@@ -356,7 +377,7 @@ class Store:
         self.path = Path(path)
         self.lock_timeout_s = lock_timeout_s
         # The training method (experiment arm) this store's writer belongs to: every trajectory and
-        # checkpoint it writes carries it in the `method` column (flywheel.methods names them).
+        # checkpoint it writes carries it in the `method` column (flywheel.config.methods names them).
         self.method = method
         # A reader (reports) opens DuckDB read-only and never creates, migrates or touches the file.
         self.read_only = read_only

@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from flywheel.settings import REPO_ROOT
+from flywheel.core.settings import REPO_ROOT
 
 ARMS_DIR = "arms"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
@@ -89,3 +89,9 @@ def write_arm(results: Path, arm: str, data: dict[str, Any]) -> Path:
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
     os.replace(tmp, path)
     return path
+
+
+def lineage_of(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint row's lineage as a dict (the store keeps it as JSON text)."""
+    raw = checkpoint["lineage"]
+    return json.loads(raw) if isinstance(raw, str) else dict(raw or {})

@@ -8,7 +8,7 @@ from typing import Any
 
 import envs
 from envs import BenchmarkSpec
-from flywheel.trajectory import Trajectory
+from flywheel.core.trajectory import Trajectory
 
 DEFAULT_EVAL_SPLITS = ("seen", "unseen")
 # The metrics a spec may name as its `primary_metric`, and what a column adds to the benchmark's

@@ -1,7 +1,7 @@
 """The paper's tables regenerated from an experiment's stores: `flywheel paper EXPERIMENT` (and the
 `paper_report` asset) writes paper.md, paper.json and fig2_success_by_complexity.png.
 
-- Table 1: per method, every registered benchmark's evaluation splits (`flywheel.evaluation.result_columns`),
+- Table 1: per method, every registered benchmark's evaluation splits (`flywheel.core.metrics.result_columns`),
   each in its spec's `primary_metric` (success rate, or average reward).
 - Table 2: the stage ablation: base, +stage 1, +stage 2, +stage 3 (k = 1..K).
 - Table 4: SFT vs SFT+DPO vs SFT+GRPO vs BPO (on `envs.DEFAULT_BENCHMARK` when given, else the first
@@ -12,7 +12,7 @@
 
 Each method's row is its last evaluated checkpoint. Every cell has n and a 95% interval: success rates
 with Wilson intervals, mean rewards and tokens per step with a bootstrap over episodes (2,000
-resamples, seeded), differences paired over the same tasks (`flywheel.quality.paired_difference`).
+resamples, seeded), differences paired over the same tasks (`flywheel.core.quality.paired_difference`).
 Reads the stores only; writes nothing to them. Notes on what differs from the paper: each spec's
 `paper_notes`, then `NOTES`, then the presets' own.
 """
@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import envs
-from flywheel.evaluation import PRIMARY_METRICS, ResultColumn, display_name, result_columns
-from flywheel.experiment import RESULTS_DIR, Preset, load_preset
-from flywheel.methods import METHODS
-from flywheel.provenance import read_arm
-from flywheel.quality import BOOT, arm_checkpoints, paired_difference, rate
-from flywheel.settings import DEFAULT_RUNS_DIR
-from flywheel.store import Store, check_store
-from flywheel.validation import ConfigurationError
+from flywheel.config.methods import METHODS
+from flywheel.config.presets import RESULTS_DIR, Preset, load_preset
+from flywheel.config.validation import ConfigurationError
+from flywheel.core.metrics import PRIMARY_METRICS, ResultColumn, display_name, result_columns
+from flywheel.core.provenance import read_arm
+from flywheel.core.quality import BOOT, arm_checkpoints, paired_difference, rate
+from flywheel.core.settings import DEFAULT_RUNS_DIR
+from flywheel.core.store import Store, check_store
 
 NOTES = [
     "The policy is SmolLM2-135M trained on CPU (the paper trains Llama-3.1-8B and others on GPUs); the "

@@ -203,7 +203,7 @@ def react_messages(
 
 
 def history_from_steps(steps, *, upto: int) -> list[HistoryItem]:
-    """History items for steps[:upto] of a stored trajectory (flywheel.trajectory.Step)."""
+    """History items for steps[:upto] of a stored trajectory (flywheel.core.trajectory.Step)."""
     return [
         HistoryItem(plan=s.plan, action=s.action, observation=s.next_observation, thought=s.thought)
         for s in steps[:upto]

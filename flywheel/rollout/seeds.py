@@ -6,8 +6,8 @@ import logging
 from collections.abc import Callable
 
 from envs.base import BenchmarkSpec, Env, EnvError, Task
-from flywheel.rollout import goal_of
-from flywheel.trajectory import Step, Trajectory
+from flywheel.core.trajectory import Step, Trajectory
+from flywheel.rollout.engine import goal_of
 
 log = logging.getLogger(__name__)
 

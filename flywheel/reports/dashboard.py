@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flywheel.quality import wilson_interval
-from flywheel.store import Store
+from flywheel.core.quality import wilson_interval
+from flywheel.core.store import Store
 
 SPLIT_ORDER = ("seen", "unseen")
 

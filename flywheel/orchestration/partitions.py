@@ -15,7 +15,7 @@ from functools import cached_property
 import dagster as dg
 
 from envs import REGISTRY
-from flywheel.settings import DEFAULT_MAX_ITERATION
+from flywheel.core.settings import DEFAULT_MAX_ITERATION
 
 BENCHMARK = "benchmark"
 ITERATION = "iteration"

@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
+from flywheel.config.validation import ConfigurationError, check_benchmark
+from flywheel.core.metrics import markdown_table, result_columns
+from flywheel.core.quality import wilson_interval
+from flywheel.core.store import Store
 from flywheel.definitions import build_defs
-from flywheel.evaluation import markdown_table, result_columns
-from flywheel.partitions import partition_key, run_max_iteration
+from flywheel.orchestration.partitions import partition_key, run_max_iteration
 from flywheel.profile import Profile
-from flywheel.store import Store
-from flywheel.validation import ConfigurationError, check_benchmark
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +161,6 @@ def iterations_table(store: Store, benchmark: str) -> str:
 
 def success_cell(rate: float | None, n: int | None) -> str:
     """"50.0 [23.7, 76.3] (5/10)": success % with its 95% Wilson interval and (successes/n); "-" for no episode."""
-    from flywheel.quality import wilson_interval
 
     n = int(n or 0)
     if not n:
@@ -190,7 +190,7 @@ def results_table(store: Store, benchmark: str) -> str:
 
 def paper_table(store: Store, *, iteration: int | None = None, metric: str = "success_rate") -> str:
     """Paper Table 1 layout: a column per evaluation split of every registered benchmark (in name
-    order, titled by the specs: `flywheel.evaluation.result_columns`), then their average.
+    order, titled by the specs: `flywheel.core.metrics.result_columns`), then their average.
 
     One row per iteration k (or only `iteration`), in percent. A benchmark with one test set has
     one column. A benchmark not yet evaluated at k shows "-" and is left out of the average,

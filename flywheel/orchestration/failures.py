@@ -29,9 +29,9 @@ from typing import Any, NoReturn
 import dagster as dg
 
 from envs.data import MissingDataError
+from flywheel.config.validation import ConfigurationError
+from flywheel.core.store import ForeignStoreError
 from flywheel.policy.models import ModelNotFoundError
-from flywheel.store import ForeignStoreError
-from flywheel.validation import ConfigurationError
 
 NO_RUN_RETRY_TAG = "dagster/retry_on_asset_or_op_failure"
 MAX_RETRIES_TAG = "dagster/max_retries"

@@ -1,0 +1,245 @@
+"""An experiment's report: `results.json` (computed by flywheel.reports.results) rendered as `report.md` and
+plots. Rendering reads nothing but the results and the preset."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from flywheel.config.presets import Preset
+from flywheel.core.provenance import (
+    write_arm,
+)
+from flywheel.reports.results import collect_results
+
+log = logging.getLogger(__name__)
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def _ci(r: dict[str, Any]) -> str:
+    return f"{_pct(r['rate'])} [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}] ({r['successes']}/{r['n']})"
+
+
+def _md(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def render_markdown(results: dict[str, Any], preset: Preset) -> str:
+    parts = [f"# Experiment `{preset.name}`: {preset.benchmark}, K={preset.iterations}, model {preset.model}", ""]
+    if preset.description:
+        parts += [preset.description.strip(), ""]
+    parts += ["Success rates in percent with 95% Wilson intervals and (successes/n); greedy evaluation, the same "
+              "tasks for every checkpoint. Differences are paired over tasks: mean difference with a 95% paired "
+              "bootstrap interval (10,000 resamples), tasks gained/lost and the exact McNemar p.", ""]
+    parts += render_claims(results.get("claims") or [])
+    for arm, res in results["arms"].items():
+        parts += [f"## Arm `{arm}`", ""]
+        if res.get("status") == "not run":
+            parts += ["Not run.", ""]
+            continue
+        prov = res.get("provenance") or {}
+        mach = prov.get("machine") or {}
+        parts += [f"Run `{prov.get('run_id')}` from {res.get('origin', 'its store')}; commit(s) "
+                  f"{', '.join(c[:12] for c in prov.get('commits') or []) or 'unknown'}; machine "
+                  f"{mach.get('host', '?')} ({mach.get('cpu', '?')}, {mach.get('cores', '?')} cores, torch "
+                  f"{mach.get('torch', '?')}); k=0 weights sha256 {str(prov.get('k0_weights_sha256'))[:12]}"
+                  + ("" if prov.get("complete", True) else "; **not complete**")
+                  + (f"; **k=0 retrained here differs from arm `{prov['k0_drift']['retrained_for']}`'s**"
+                     if prov.get("k0_drift") else "") + ".", ""]
+        splits = res["splits"]
+        header = ["k"] + [f"{s} success % [95% CI] (s/n)" for s in splits] + [f"{s} avg reward" for s in splits]
+        rows = []
+        for r in res["per_k"]:
+            if not r["splits"]:
+                continue
+            rows.append([r["k"]] + [_ci(r["splits"][s]) if s in r["splits"] else "-" for s in splits]
+                        + [f"{r['splits'][s]['avg_reward']:.3f}" if s in r["splits"] else "-" for s in splits])
+        parts += [_md(header, rows) if rows else "No checkpoint evaluated yet.", ""]
+        if res["comparisons"]:
+            parts += ["**Differences** (paired over the same tasks):", ""]
+            parts += [_md(["comparison", "split", "n", "delta (pts)", "95% CI (pts)", "gained", "lost", "McNemar p", "excludes 0"],
+                          [[f"k={c['new']} vs k={c['old']}" + (f" (arm `{c['old_arm']}`)" if c.get("old_arm") else ""),
+                            c["split"], c["n"], f"{100 * c['delta']:+.1f}",
+                            f"[{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}]", c["gained"], c["lost"],
+                            f"{c['mcnemar_p']:.3g}", "yes" if c["significant"] else "no"] for c in res["comparisons"]]), ""]
+        flow = []
+        for r in res["per_k"]:
+            ck, ro, g = r.get("checkpoint", {}), r.get("rollouts"), r.get("gate")
+            flow.append([
+                r["k"], ck.get("examples", "-"), ck.get("trajectories", "-"),
+                f"{ck['train_loss']:.3f}" if ck.get("train_loss") is not None else "-",
+                f"{ck['sft_examples_per_s']:.2f}" if ck.get("sft_examples_per_s") else "-",
+                ck.get("train_steps") or "-", f"{ck['sft_tokens_per_s']:.0f}" if ck.get("sft_tokens_per_s") else "-",
+                ro["episodes"] if ro else "-", _ci(ro["pass_rate"]) if ro else "-",
+                _ci(ro["pass_at_n"]) if ro else "-",
+                _ci(ro["seed_tasks_pass_rate"]) if ro and ro["seed_tasks_pass_rate"]["n"] else "-",
+                _ci(ro["other_tasks_pass_rate"]) if ro and ro["other_tasks_pass_rate"]["n"] else "-",
+                f"{ro['episodes_per_min']:.1f}" if ro and ro.get("episodes_per_min") else "-",
+                g["new_unique_successes"] if g else "-", g["distinct_tasks"] if g else "-",
+                g["tasks_without_seed"] if g else "-", g["gated_total"] if g else "-",
+            ])
+        parts += ["**The flywheel per iteration** (SFT of checkpoint k; its rollouts on the training tasks; the gate):", ""]
+        parts += [_md(["k", "SFT examples", "SFT trajectories", "train loss", "SFT examples/s", "SFT steps",
+                       "SFT tokens/s", "rollouts",
+                       "rollout pass rate %", "train pass@n % (tasks)", "seed-task pass %", "non-seed-task pass %",
+                       "episodes/min", "gated new", "gated tasks", "gated tasks w/o seed", "gated total"], flow), ""]
+        parts += [f"Seed tasks (teacher trajectories): {res['seed_tasks']}.", ""]
+        if res.get("by_task_type"):
+            ks = sorted({r["k"] for r in res["by_task_type"]})
+            cells = {(r["type"], r["split"], r["k"]): f"{r['successes']}/{r['n']}" for r in res["by_task_type"]}
+            keys = sorted({(r["type"], r["split"]) for r in res["by_task_type"]},
+                          key=lambda ts: (ts[0], ts[1] == "train", ts[1]))
+            parts += ["**By task type** (successes/n: greedy evaluation per split; `train`: the training rollouts "
+                      "of checkpoint k):", ""]
+            parts += [_md(["type", "split", *[f"k={k}" for k in ks]],
+                          [[t, s, *[cells.get((t, s, k), "-") for k in ks]] for t, s in keys]), ""]
+        if res.get("stopped"):
+            parts += [f"**Stopped early:** {res['stopped']}", ""]
+        if res.get("empty_gates"):  # the stages whose gate check blocked the next iteration
+            failed = {r["k"]: r["gate"]["check"] for r in res["per_k"] if (r.get("gate") or {}).get("check")}
+            why = [f"k={k}: {c['problems']} problem(s), first: `{c['first_problem']}`"
+                   for k, c in failed.items() if not c["passed"]]
+            parts += [f"**Gate check failed** (`gated_dataset_is_usable`, an empty or malformed gated set; continued "
+                      f"anyway, `continue_on_empty_gate`): {', '.join(res['empty_gates'])}"
+                      + (f" ({'; '.join(why)})" if why else ""), ""]
+        stages = res.get("stages", {})
+        if stages:
+            total = sum(v.get("seconds", 0) for v in stages.values())
+            parts += [f"Stage wall time: {total / 60:.1f} min in all; " + ", ".join(
+                f"{k} {v.get('seconds', 0) / 60:.1f}" for k, v in stages.items()) + " (min).", ""]
+        parts += ["Configuration:", "", "```json", json.dumps(res["config"], indent=1, sort_keys=True), "```", ""]
+    ran = {a: sum(v.get("seconds", 0) for v in r.get("stages", {}).values()) for a, r in results["arms"].items()
+           if r.get("stages")}
+    if ran:
+        parts += [f"**What it cost:** {sum(ran.values()) / 3600:.1f} h of stages over {len(ran)} arm(s) ("
+                  + ", ".join(f"{a} {t / 60:.0f} min" for a, t in ran.items()) + "), as measured on each arm's machine.",
+                  ""]
+    if results.get("arm_comparisons"):
+        parts += ["## Arms compared", "",
+                  "Each arm against the first evaluated arm at the same k, paired over the same evaluation tasks.", ""]
+        parts += [_md(["arm vs reference", "k", "split", "n", "delta (pts)", "95% CI (pts)", "gained", "lost",
+                       "McNemar p", "excludes 0"],
+                      [[f"{c['arm']} vs {c['reference']}", c["k"], c["split"], c["n"], f"{100 * c['delta']:+.1f}",
+                        f"[{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}]", c["gained"], c["lost"],
+                        f"{c['mcnemar_p']:.3g}", "yes" if c["significant"] else "no"]
+                       for c in results["arm_comparisons"]]), ""]
+    if preset.notes:
+        parts += ["## Notes", ""] + [f"- {n}" for n in preset.notes] + [""]
+    plots = results.get("plots", [])
+    parts += [f"Plots: {', '.join(f'`{p}`' for p in plots)} beside this file." if plots else "Plots: none yet (nothing evaluated)."]
+    return "\n".join(parts)
+
+
+def render_claims(rows: list[dict[str, Any]]) -> list[str]:
+    """The preset's claims first: each replicate's paired difference, then the pooled one."""
+    if not rows:
+        return []
+
+    def diff(d: dict[str, Any]) -> str:
+        return f"{100 * d['delta']:+.1f} [{100 * d['ci_low']:+.1f}, {100 * d['ci_high']:+.1f}]"
+
+    table = []
+    for r in rows:
+        name = f"`{r['arm']}`@{r['k'] if r['k'] is not None else 'last'} vs `{r['reference']}`@" \
+               f"{r['reference_k'] if r['reference_k'] is not None else 'last'}"
+        if r.get("status"):
+            table.append([name, "-", "-", f"not run yet (missing: {', '.join(r['missing'])})", "-", "-", "-"])
+            continue
+        for m, d in r["replicates"].items():
+            table.append([name, r["split"], f"`{m}`", diff(d), f"{d['gained']}/{d['lost']}", f"{d['mcnemar_p']:.3g}",
+                          "yes" if d["significant"] else "no"])
+        if p := r.get("pooled"):
+            rates = ", ".join(f"{100 * x:.0f}" for x in p["replicate_rates"])
+            table.append([name, r["split"], f"pooled over {p['replicates']} (rates {rates}; spread "
+                          f"{100 * p['spread']:.0f} pts" + (f"; not run: {', '.join(r['missing'])}" if r["missing"] else "")
+                          + ")", diff(p), "-", "-", "yes" if p["significant"] else "no"])
+    return ["## Claims", "",
+            "Each claim paired over the same tasks (per split and pooled over splits, n in each arm's table): "
+            "per run, the mean difference with a 95% paired bootstrap interval (10,000 resamples), tasks "
+            "gained/lost and the exact McNemar p; pooled over replicate runs, a two-level bootstrap (tasks, then "
+            "replicates, 2,000 resamples).", "",
+            _md(["claim", "split", "run", "delta (pts) [95% CI]", "gained/lost", "McNemar p", "excludes 0"], table), ""]
+
+
+def _err(r: dict[str, Any], side: str) -> float:
+    """Error-bar length in points (never negative: Wilson bounds can sit a rounding error off the rate)."""
+    gap = r["rate"] - r["ci_low"] if side == "low" else r["ci_high"] - r["rate"]
+    return max(0.0, 100 * gap)
+
+
+def _finish(plt, fig, ax, path: Path, ylabel: str, title: str, iterations: int) -> str:
+    """Label (x is the iteration k, integer ticks 0..K), save and close one plot; returns its file name."""
+    ax.set_xticks(range(iterations + 1))
+    ax.set_xlim(-0.5, iterations + 0.5)
+    ax.set_xlabel("iteration k")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes, never over the points
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path.name
+
+
+def render_plots(results: dict[str, Any], out: Path) -> list[str]:
+    """success_by_k, gate_by_k and rollout_pass_by_k, each written only when it has a point to show (an old
+    file of a plot with nothing to show is removed); titles name the experiment, labels give n."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    name, K = results["preset"], results["iterations"]
+    arms = {a: r for a, r in results["arms"].items() if r.get("status") != "not run"}
+    success = [(f"{arm} {s}", [(r["k"], r["splits"][s]) for r in res["per_k"] if s in r["splits"]])
+               for arm, res in arms.items() for s in res["splits"]]
+    gates = [(arm, [(r["k"], r["gate"]) for r in res["per_k"] if r.get("gate")]) for arm, res in arms.items()]
+    rollouts = [(arm, [(r["k"], r["rollouts"]["pass_rate"]) for r in res["per_k"] if r.get("rollouts")])
+                for arm, res in arms.items()]
+    plots = {"success_by_k.png": [x for x in success if x[1]], "gate_by_k.png": [x for x in gates if x[1]],
+             "rollout_pass_by_k.png": [x for x in rollouts if x[1]]}
+    written = []
+    for file, series in plots.items():
+        if not series:
+            (out / file).unlink(missing_ok=True)
+            continue
+        fig, ax = plt.subplots(figsize=(7, 4))
+        width = 0.8 / len(series)
+        for i, (label, points) in enumerate(series):
+            ks = [k for k, _ in points]
+            if file == "gate_by_k.png":
+                ns = "/".join(str(g["candidates"]) for _, g in points)
+                ax.plot(ks, [g["gated_total"] for _, g in points], "o-", label=f"{label} gated total")
+                ax.plot(ks, [g["new_unique_successes"] for _, g in points], "s--",
+                        label=f"{label} new unique successes (of n={ns} candidates)")
+                ax.plot(ks, [g["distinct_tasks"] for _, g in points], "^:", label=f"{label} gated tasks")
+                continue
+            xs = [k - 0.4 + width * (i + 0.5) for k in ks]  # arms side by side at each k
+            ns = "/".join(str(r["n"]) for _, r in points)
+            ax.errorbar(xs, [100 * r["rate"] for _, r in points], yerr=[[_err(r, "low") for _, r in points],
+                        [_err(r, "high") for _, r in points]], fmt="o-", capsize=4, label=f"{label} (n={ns})")
+        ylabel, title = {"success_by_k.png": ("success % (95% Wilson CI)", "success by iteration"),
+                         "gate_by_k.png": ("trajectories / tasks", "reward gate by iteration"),
+                         "rollout_pass_by_k.png": ("successful rollouts % (95% CI)", "training rollouts that pass the reward")}[file]
+        written.append(_finish(plt, fig, ax, out / file, ylabel, f"{name}: {title}", K))
+    return written
+
+
+def write_report(preset: Preset, *, runs: Path, results: Path) -> dict[str, Any]:
+    """Rebuild every local arm's committed results (arms/ARM.json), then results.json, report.md and the PNG
+    plots from all arms, local or committed (never writes a store)."""
+    results.mkdir(parents=True, exist_ok=True)
+    data = collect_results(preset, runs, results)
+    records, local = data.pop("_records"), data.pop("_local")
+    for arm in local:
+        write_arm(results, arm, {k: v for k, v in records[arm].items() if k != "origin"})
+    data["runs_dir"] = str(runs)
+    (results / "results.json").write_text(json.dumps(data, indent=2, default=str))
+    data["plots"] = render_plots(data, results)
+    (results / "report.md").write_text(render_markdown(data, preset) + "\n")
+    return data

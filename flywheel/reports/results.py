@@ -1,0 +1,312 @@
+"""An experiment's results, computed from its arms' stores (read-only) and committed arm files: per-arm rates with
+n and a 95% interval, paired k-vs-k' differences, claims, and success by task type. `render` turns them into a
+report."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from flywheel.config.methods import method_stages
+from flywheel.config.presets import Preset, arm_config, arm_order
+from flywheel.core.provenance import (
+    arm_file,
+    fingerprint,
+    lineage_of,
+    read_arm,
+    weights_sha256,
+)
+from flywheel.core.quality import arm_checkpoints, paired_difference, replicate_difference, wilson_interval
+from flywheel.core.store import Store
+from flywheel.resources import EnvResource
+
+log = logging.getLogger(__name__)
+
+def _rate(successes: int, n: int) -> dict[str, Any]:
+    lo, hi = wilson_interval(successes, n)
+    return {"n": n, "successes": successes, "rate": successes / n if n else 0.0, "ci_low": lo, "ci_high": hi}
+
+
+def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[str, Any],
+                splits: tuple[str, ...], types_of: dict[str, dict[str, str]] | None = None,
+                k0_from: tuple[str, dict[str, dict[str, tuple[bool, float]]]] | None = None) -> dict[str, Any]:
+    """Everything the report shows for one arm, read from its store (and its stage timings).
+
+    `k0_from` (ARM, its k=0 outcomes per split): this arm took its k=0 checkpoint from ARM (`method.start_from`) and did not
+    evaluate it again; its k-vs-0 comparisons then use ARM's k=0 evaluation of the same weights, marked
+    `old_arm`, and its by-type table shows them as k=0 (the per-k table keeps only this arm's own evaluations)."""
+    done = progress.get("done", {})
+    evals = {(r["iteration"], r["split"]): r for r in store.evaluation_rows(benchmark)}
+    outcomes = {(k, s): store.policy_outcomes(benchmark, k, s) for k in range(iterations + 1) for s in splits}
+    k0_arm = None
+    if k0_from is not None and not any((0, s) in evals for s in splits) and all(s in k0_from[1] for s in splits):
+        k0_arm = k0_from[0]
+        outcomes.update({(0, s): k0_from[1][s] for s in splits})
+    checkpoints = {r["iteration"]: r for r in store.checkpoint_rows(benchmark)}
+    gates = {r["iteration"]: r for r in store.iterations(benchmark).iter_rows(named=True)}
+    checks = store.gate_check_rows(benchmark)
+    rollouts = {r["iteration"]: r for r in store.rollout_summary(benchmark)}
+    seeds = set(store.seed_task_ids(benchmark))
+    # (attempts, successes) per task for every (k, split) read below; split "train" = checkpoint k's rollouts.
+    per_task_counts = {key: {t: (1, int(ok)) for t, (ok, _) in out.items()} for key, out in outcomes.items()}
+    per_k: list[dict[str, Any]] = []
+    for k in range(iterations + 1):
+        row: dict[str, Any] = {"k": k, "splits": {}}
+        for s in splits:
+            out = outcomes[(k, s)]
+            if (k, s) not in evals:
+                continue
+            ev = evals[(k, s)]
+            succ = sum(ok for ok, _ in out.values())
+            row["splits"][s] = {**_rate(succ, len(out)), "avg_reward": ev["avg_reward"], "errored": ev["errored"],
+                                "mean_steps": ev["mean_steps"], "invalid_action_rate": ev["invalid_action_rate"],
+                                "prompt_tokens_per_step": ev["prompt_tokens_per_step"]}
+        if k in checkpoints:
+            c = checkpoints[k]
+            sft = done.get(f"sft:{k}", {})
+            secs = sft.get("seconds")
+            examples = int(c["n_examples"] or 0)
+            lineage = lineage_of(c)
+            steps, train_s = lineage.get("train_steps"), lineage.get("train_seconds")
+            row["checkpoint"] = {"checkpoint_id": c["checkpoint_id"], "train_loss": c["train_loss"],
+                                 "examples": examples, "trajectories": c["n_trajectories"],
+                                 "sft_stage_seconds": secs, "train_seconds": train_s, "train_steps": steps}
+            if train_s and steps:  # examples seen per second of training (steps x batch)
+                row["checkpoint"]["sft_examples_per_s"] = steps * int(lineage.get("batch_size", 8)) / train_s
+            if train_s and lineage.get("tokens_trained"):
+                row["checkpoint"]["sft_tokens_per_s"] = lineage["tokens_trained"] / train_s
+        if k in rollouts:
+            r = rollouts[k]
+            secs = done.get(f"rollouts:{k}", {}).get("seconds")
+            per_task = per_task_counts[(k, "train")] = store.rollout_task_outcomes(benchmark, k)
+            seed_tasks = [t for t in per_task if t in seeds]
+            new_tasks = [t for t in per_task if t not in seeds]
+            row["rollouts"] = {
+                "episodes": r["episodes"], "successes": r["successes"], "errored": r["errored"],
+                "pass_rate": _rate(int(r["successes"]), int(r["episodes"] - r["errored"])),
+                "pass_at_n": _rate(int(r["tasks_solved"]), int(r["tasks"])),
+                "seed_tasks_pass_rate": _rate(sum(per_task[t][1] for t in seed_tasks), sum(per_task[t][0] for t in seed_tasks)),
+                "other_tasks_pass_rate": _rate(sum(per_task[t][1] for t in new_tasks), sum(per_task[t][0] for t in new_tasks)),
+                "seconds": secs, "episodes_per_min": (60 * r["episodes"] / secs) if secs else None,
+            }
+        if k in gates:
+            g = gates[k]
+            gated_tasks = store.gated_task_ids(benchmark, k)
+            row["gate"] = {"candidates": g["candidates"], "new_unique_successes": g["new_unique_successes"],
+                           "gated_total": g["gated_total"], "capped_dropped": g["capped_dropped"],
+                           "distinct_tasks": len(gated_tasks),
+                           "tasks_without_seed": len([t for t in gated_tasks if t not in seeds])}
+            if k in checks:  # the blocking gated_dataset_is_usable check's verdict on this gate
+                row["gate"]["check"] = {f: checks[k][f] for f in ("passed", "problems", "first_problem")}
+        per_k.append(row)
+    evaluated = [k for k in range(iterations + 1) if all((k, s) in evals for s in splits) or (k == 0 and k0_arm)]
+    comparisons: list[dict[str, Any]] = []
+    pairs = [(k, k - 1) for k in evaluated if k - 1 in evaluated]
+    if evaluated and evaluated[-1] != 0 and 0 in evaluated and (evaluated[-1], 0) not in pairs:
+        pairs.append((evaluated[-1], 0))
+    for new, old in pairs:
+        for s in (*splits, "all") if len(splits) > 1 else splits:
+            if s == "all":
+                a = {f"{sp}/{t}": v[0] for sp in splits for t, v in outcomes[(new, sp)].items()}
+                b = {f"{sp}/{t}": v[0] for sp in splits for t, v in outcomes[(old, sp)].items()}
+            else:
+                a = {t: v[0] for t, v in outcomes[(new, s)].items()}
+                b = {t: v[0] for t, v in outcomes[(old, s)].items()}
+            comparisons.append({"new": new, "old": old, "split": s, **paired_difference(a, b),
+                                **({"old_arm": k0_arm} if old == 0 and k0_arm else {})})
+    return {"per_k": per_k, "comparisons": comparisons, "seed_tasks": len(seeds),
+            "by_task_type": success_by_type(per_task_counts, types_of or {}),
+            "stages": done, "stopped": progress.get("stopped"), "empty_gates": progress.get("empty_gates", [])}
+
+
+def collect_results(preset: Preset, runs: Path, results: Path | None = None) -> dict[str, Any]:
+    """Every arm's results: from its store in `runs` when it has one, else from its committed results
+    (`results`/arms/ARM.json: an arm run in another sitting, runs folder or machine), else "not run". The
+    arms are then compared with each other over the same tasks, whatever run each came from."""
+    out: dict[str, Any] = {"preset": preset.name, "benchmark": preset.benchmark, "iterations": preset.iterations,
+                           "model": preset.model, "description": preset.description, "arms": {}}
+    records, local = {}, []
+    for arm in arm_order(preset, list(preset.arms)):
+        committed = read_arm(results, arm)
+        record = local_arm_record(preset, arm, runs / arm, records) if (runs / arm / "flywheel.duckdb").exists() else None
+        if record is not None and committed is not None and not supersedes(record, committed):
+            log.warning("arm %s: keeping its committed results (run %s, %d stages) over this runs folder's run %s "
+                        "(%d stages); delete %s to replace them", arm, committed["provenance"].get("run_id"),
+                        len(committed["results"]["stages"]), record["provenance"]["run_id"],
+                        len(record["results"]["stages"]), arm_file(results, arm))
+            record = None
+        if record is not None:
+            local.append(arm)
+        elif committed is not None:
+            record = {**committed, "origin": f"committed {arm_file(results, arm).relative_to(results.parent)}"}
+        else:
+            out["arms"][arm] = {"status": "not run"}
+            continue
+        records[arm] = record
+        out["arms"][arm] = {**record["results"], "config": record["config"], "splits": record["splits"],
+                            "provenance": record["provenance"], "origin": record["origin"]}
+    out["arms"] = {a: out["arms"][a] for a in preset.arms}  # the preset's order
+    out["arm_comparisons"] = compare_arms({a: outcomes_of(records[a]) for a in preset.arms if a in records})
+    out["claims"] = claims(preset, records)
+    out["_records"], out["_local"] = records, local
+    return out
+
+
+def claim_outcomes(preset: Preset, records: dict[str, dict[str, Any]], arm: str,
+                   k: int | None) -> tuple[int, dict[str, dict[str, bool]]] | None:
+    """(k, {split: {task: success}}) of an arm at k (None: its last evaluated k); a k=0 that the arm took from
+    its start arm without evaluating it again is that arm's evaluation of the same weights."""
+    if arm not in records:
+        return None
+    own = outcomes_of(records[arm])
+    source = preset.arm_sections(arm).get("method", {}).get("start_from")
+    if k == 0 and not any(kk == 0 for kk, _ in own) and source in records:
+        own = {key: v for key, v in outcomes_of(records[source]).items() if key[0] == 0}
+    ks = sorted({kk for kk, _ in own})
+    k = ks[-1] if k is None and ks else k
+    splits = {s: v for (kk, s), v in own.items() if kk == k}
+    return (k, splits) if splits else None
+
+
+def claims(preset: Preset, records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The preset's `compare` claims, paired over the same tasks per split and pooled; a claim whose arm heads a
+    `replicates` group is reported for each replicate that has run and pooled over them
+    (`flywheel.core.quality.replicate_difference`)."""
+
+    rows = []
+    for arm, k, ref, kref in preset.compare:
+        old = claim_outcomes(preset, records, ref, kref)
+        members = preset.replicates.get(arm, [arm])
+        news = {m: got for m in members if (got := claim_outcomes(preset, records, m, k)) is not None}
+        if old is None or not news:
+            rows.append({"arm": arm, "k": k, "reference": ref, "reference_k": kref, "status": "not run yet",
+                         "missing": [a for a in (*members, ref) if a not in records]})
+            continue
+        kk = next(iter(news.values()))[0]
+        splits = [s for s in old[1] if all(s in n[1] for n in news.values())]
+        for s in (*splits, "all") if len(splits) > 1 else splits:
+            pick = splits if s == "all" else [s]
+
+            def flat(by_split: dict[str, dict[str, bool]]) -> dict[str, bool]:
+                return {f"{sp}/{t}": v for sp in pick for t, v in by_split[sp].items()}  # noqa: B023
+
+            per = {m: paired_difference(flat(n[1]), flat(old[1])) for m, n in news.items()}
+            row = {"arm": arm, "k": kk, "reference": ref, "reference_k": old[0], "split": s, "replicates": per}
+            if len(members) > 1:
+                row["pooled"] = replicate_difference([flat(n[1]) for n in news.values()], flat(old[1]))
+                row["missing"] = [m for m in members if m not in news]
+            rows.append(row)
+    return rows
+
+
+def supersedes(record: dict[str, Any], committed: dict[str, Any]) -> bool:
+    """Whether this runs folder's record of an arm may replace its committed one: the same run going on,
+    or a run that has done at least as many stages."""
+    same = record["provenance"]["run_id"] == committed.get("provenance", {}).get("run_id")
+    return same or len(record["results"]["stages"]) >= len(committed["results"]["stages"])
+
+
+def outcomes_of(record: dict[str, Any]) -> dict[tuple[int, str], dict[str, bool]]:
+    """{(k, split): {task: success}} of an arm's own evaluations."""
+    return {(int(key.split("|")[0]), key.split("|")[1]): {t: bool(v[0]) for t, v in tasks.items()}
+            for key, tasks in record["outcomes"].items()}
+
+
+def local_arm_record(preset: Preset, arm: str, arm_dir: Path, records: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One arm's results as committed (arms/ARM.json), read from its store: the report's numbers, the per-task
+    outcomes every paired comparison needs, the paper's per-checkpoint cells, and where it ran."""
+
+    sections = preset.arm_sections(arm)
+    splits = EnvResource(**sections.get("envs", {})).eval_splits(preset.benchmark)
+    progress = json.loads((arm_dir / "progress.json").read_text()) if (arm_dir / "progress.json").exists() else {}
+    store = Store(arm_dir / "flywheel.duckdb", read_only=True)
+    method = sections.get("method", {})
+    source = method.get("start_from") if not method.get("evaluate_start", True) else None
+    k0_from = None
+    if source in records and all(f"0|{s}" in records[source]["outcomes"] for s in splits):
+        k0_from = (source, {s: {t: (bool(v[0]), float(v[1])) for t, v in records[source]["outcomes"][f"0|{s}"].items()}
+                            for s in splits})
+    res = arm_results(store, preset.benchmark, preset.iterations, progress, splits,
+                      types_of=task_types_of(preset, sections.get("envs", {}), splits), k0_from=k0_from)
+    evaluated = sorted({(r["iteration"], r["split"]) for r in store.evaluation_rows(preset.benchmark)})
+    outcomes = {f"{k}|{s}": {t: [ok, reward] for t, (ok, reward) in store.policy_outcomes(preset.benchmark, k, s).items()}
+                for k, s in evaluated if s in splits}
+    k0 = store.latest_checkpoint(preset.benchmark, 0)
+    lineage = lineage_of(k0) if k0 else {}
+    k0_hash = lineage.get("weights_sha256")
+    if k0 is not None and not k0_hash and Path(k0["path"]).is_dir():
+        k0_hash = weights_sha256(k0["path"])
+    done = progress.get("done", {})
+    config = arm_config(preset, arm, json.loads((arm_dir / "config.json").read_text())["model"]
+                        if (arm_dir / "config.json").exists() else preset.model)
+    provenance = {"run_id": progress.get("run_id"), "machine": progress.get("machine"),
+                  "commits": sorted({v["commit"] for v in done.values() if v.get("commit")}),
+                  "hosts": sorted({v["host"] for v in done.values() if v.get("host")}),
+                  "config_fingerprint": fingerprint(config["sections"]), "k0_weights_sha256": k0_hash,
+                  "k0_checkpoint_id": k0["checkpoint_id"] if k0 else None, "k0_drift": progress.get("k0_drift"),
+                  "complete": all(stage in done for stage, _, _ in method_stages(preset.benchmark, preset.iterations,
+                                                                               preset.method(arm), evaluate_start=False)
+                                  if stage != "evaluation:0") and not progress.get("stopped")}
+    return {"arm": arm, "preset": preset.name, "config": sections, "splits": list(splits), "results": res,
+            "outcomes": outcomes, "paper": arm_checkpoints(store, preset.benchmark), "provenance": provenance,
+            "origin": f"store {arm_dir / 'flywheel.duckdb'}"}
+
+
+def task_types_of(preset: Preset, envs_section: dict[str, Any], splits: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """{split: {task_id: type}} for the preset's `envs.task_types`, asked of the benchmark's spec one type
+    at a time (the spec knows what a type is: a ScienceWorld task name, a WebShop category), never parsed
+    from ids. Empty when the preset names no types."""
+
+    types = envs_section.get("task_types", {}).get(preset.benchmark) or []
+    out: dict[str, dict[str, str]] = {}
+    for kind in types:
+        env = EnvResource(**{**envs_section, "task_types": {preset.benchmark: [kind]},
+                             "train_limit": None, "eval_limit": None, "seed_limit": None})
+        try:
+            for split in ("train", *splits):
+                for task in env.tasks(preset.benchmark, split):
+                    out.setdefault(split, {})[task.task_id] = kind
+        finally:
+            env.close()  # a spec may hold helpers (a search index, a JVM)
+    return out
+
+
+def success_by_type(per_task: dict[tuple[int, str], dict[str, tuple[int, int]]],
+                    types_of: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
+    """Per task type, k and split: successes with n and a Wilson interval, from (attempts, successes) per
+    task at each (k, split) (evaluation splits: greedy episodes; "train": checkpoint k's rollouts). Shows
+    what a pooled rate hides: the gate can only add data on types the policy already solves sometimes,
+    and k+1 can forget a type outright."""
+    rows: list[dict[str, Any]] = []
+    for (k, split), tasks in sorted(per_task.items()):
+        counts: dict[str, list[int]] = {}
+        for task, (attempts, passed) in tasks.items():
+            if (kind := types_of.get(split, {}).get(task)) is not None:
+                c = counts.setdefault(kind, [0, 0])
+                c[0], c[1] = c[0] + attempts, c[1] + passed
+        rows += [{"k": k, "split": split, "type": kind, **_rate(x, n)} for kind, (n, x) in sorted(counts.items())]
+    return rows
+
+
+def compare_arms(outcomes: dict[str, dict[tuple[int, str], dict[str, bool]]]) -> list[dict[str, Any]]:
+    """Each arm against the first arm that has evaluations, at every (k, split) both evaluated, paired
+    over the tasks both played (arms evaluate the same tasks), plus the splits pooled per k."""
+    arms = [a for a, o in outcomes.items() if o]
+    if len(arms) < 2:
+        return []
+    ref, rows = arms[0], []
+    for arm in arms[1:]:
+        common = sorted(set(outcomes[arm]) & set(outcomes[ref]))
+        for k in sorted({k for k, _ in common}):
+            splits = [s for kk, s in common if kk == k]
+            for s in (*splits, "all") if len(splits) > 1 else splits:
+                pick = splits if s == "all" else [s]
+                a = {f"{sp}/{t}": v for sp in pick for t, v in outcomes[arm][(k, sp)].items()}
+                b = {f"{sp}/{t}": v for sp in pick for t, v in outcomes[ref][(k, sp)].items()}
+                rows.append({"arm": arm, "reference": ref, "k": k, "split": s, **paired_difference(a, b)})
+    return rows
+
+
+# -- the report ------------------------------------------------------------------------------
