@@ -4,11 +4,15 @@ import dataclasses
 from types import SimpleNamespace
 from typing import ClassVar
 
+import pytest
+
 from envs import REGISTRY
+from flywheel.config.presets import RESULTS_DIR, load_preset
 from flywheel.core import quality
 from flywheel.core.store import Store
 from flywheel.drivers.pipeline import paper_table
 from flywheel.reports import paper
+from flywheel.reports.render import render_committed
 from tests.test_benchmark_specs import BareSpec
 
 
@@ -83,3 +87,12 @@ def test_a_registered_benchmark_gets_its_columns_from_its_spec(tmp_path, monkeyp
     assert "## Table 4: SFT vs SFT+DPO vs SFT+GRPO vs BPO (bare)\n\n(No ScienceWorld experiment given" in md
     notes = md.split("## What differs from the paper")[1]
     assert notes.index("- Bare Bench is a test double.") < notes.index("211-task") < notes.index("- preset note")
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in RESULTS_DIR.iterdir() if (p / "results.json").exists()))
+def test_each_committed_report_is_a_rendering_of_its_results(name):
+    """Computing results and rendering them are separate: report.md comes from results.json (and the plots
+    beside it) alone, with no store."""
+    committed = (RESULTS_DIR / name / "report.md").read_text()
+    assert render_committed(load_preset(name), RESULTS_DIR / name) == committed
+    assert committed.count("## Arm `") >= 1

