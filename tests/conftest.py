@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from flywheel.policy.models import build_tiny_model
+from tests.helpers import filled_store
+
 # Tests run tiny models beside JVMs on a 2-core machine: one torch thread avoids
 # OpenMP spin-wait thrash that makes tiny matmuls ~20x slower.
 torch.set_num_threads(1)
@@ -67,3 +70,16 @@ def pytest_collection_modifyitems(config, items):
     else:
         raise pytest.UsageError(f"--test-order must be 'file', 'reverse' or 'shuffle:SEED' (an integer), got {order!r}")
     items[:] = [item for g in groups for item in g]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> str:
+    """A tiny random Llama (vocabulary 512), built once per test module: fast to train and to sample, and never
+    successful, so a test that needs successes plays a scripted policy (tests/loop_support.py)."""
+    return str(build_tiny_model(tmp_path_factory.mktemp("m") / "tiny", vocab_size=512))
+
+
+@pytest.fixture
+def store(tmp_path):
+    """tests.helpers.filled_store: what the export and view tests read."""
+    return filled_store(tmp_path)

@@ -1,9 +1,16 @@
-"""Test doubles for unit tests of the loop only (integration tests use real envs)."""
+"""Test doubles and data builders shared by the tests (integration tests use real envs)."""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from envs.base import EnvError, StepResult, Task
+from flywheel.core.store import Store
+from flywheel.core.trajectory import Step, Trajectory
 from flywheel.policy.inference import Generation
+
+BENCH = "scienceworld"  # the benchmark of marked() and store_with_seeds()
 
 
 class CounterEnv:
@@ -75,3 +82,50 @@ class ServerLikeGenerator(ScriptGenerator):
 
 def counter_task(i: int, target: int = 3, split: str = "train") -> Task:
     return Task(benchmark="counter", split=split, task_id=f"c{i}", max_steps=6, meta={"target": target})
+
+
+def make_traj(task="t1", sample=0, iteration=0, source="policy", success=True, n=3) -> Trajectory:
+    steps = [Step(observation=f"o{i}", thought=f"e{i}", plan=f"p{i}", action=f"a{i}",
+                  next_observation=f"o{i + 1}", prompt_tokens=10 + i) for i in range(n)]
+    return Trajectory(benchmark="b", split="train", task_id=task, source=source, iteration=iteration,
+                      sample=sample, goal="g", steps=steps, success=success, reward=float(success))
+
+
+def marked(i: int, n_steps: int = 1, source="teacher", iteration=0) -> Trajectory:
+    steps = [Step(observation=f"task zq{i}q", thought="think", plan="plan", action=f"act {t}",
+                  next_observation="ok") for t in range(n_steps)]
+    return Trajectory(benchmark=BENCH, split="train", task_id=f"task{i}", source=source, iteration=iteration,
+                      goal=f"zq{i}q", steps=steps, success=True, reward=1.0)
+
+
+def store_with_seeds(path) -> Store:
+    db = Store(path)
+    lengths = {0: 6, 1: 2, 2: 9, 3: 4}
+    db.write_trajectories([marked(i, n) for i, n in lengths.items()])
+    db.write_trajectories([marked(10 + i, n, source="synthetic") for i, n in enumerate([12, 1, 7])])
+    return db
+
+
+@dataclasses.dataclass(frozen=True)
+class BareSpec:
+    """A spec with only the required protocol: every optional attribute takes flywheel's default."""
+
+    name: str = "bare"
+
+    def load_tasks(self, split: str, *, limit: int | None = None, task_types: tuple[str, ...] | None = None) -> list[Task]:
+        return []
+
+    def make_env(self, **options: Any):
+        raise NotImplementedError
+
+    def system_prompt(self) -> str:
+        return ""
+
+    def expert_actions(self, task: Task) -> list[str]:
+        return ["a", "b", "c"]
+
+    def normalize_action(self, raw: str) -> str:
+        return raw
+
+    def describe_action(self, action: str) -> str:
+        return action

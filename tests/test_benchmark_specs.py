@@ -7,7 +7,6 @@ when a spec lacks one, and the demo's command line resolving a benchmark's setti
 import ast
 import dataclasses
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -22,6 +21,7 @@ from flywheel.curriculum.buckets import DEFAULT_EVAL_EDGES, Buckets, eval_bucket
 from flywheel.curriculum.complexity import ComplexityScorer
 from flywheel.curriculum.gold import gold_length
 from flywheel.curriculum.proposals import UnknownSynthesizerError, get_synthesizer
+from tests.fakes import BareSpec
 from tests.loop_support import REPO_ROOT
 
 # Modules that must never name a benchmark: everything they know comes from a spec.
@@ -30,29 +30,6 @@ BENCHMARK_FREE = ["flywheel/cli.py", "flywheel/core/metrics.py", "flywheel/repor
                           for p in (REPO_ROOT / "flywheel" / "curriculum").glob("*.py"))]
 
 
-@dataclasses.dataclass(frozen=True)
-class BareSpec:
-    """A spec with only the required protocol: every optional attribute takes flywheel's default."""
-
-    name: str = "bare"
-
-    def load_tasks(self, split: str, *, limit: int | None = None, task_types: tuple[str, ...] | None = None) -> list[Task]:
-        return []
-
-    def make_env(self, **options: Any):
-        raise NotImplementedError
-
-    def system_prompt(self) -> str:
-        return ""
-
-    def expert_actions(self, task: Task) -> list[str]:
-        return ["a", "b", "c"]
-
-    def normalize_action(self, raw: str) -> str:
-        return raw
-
-    def describe_action(self, action: str) -> str:
-        return action
 
 
 def _string_literals(path: Path) -> list[str]:

@@ -6,12 +6,11 @@ import pytest
 import flywheel.assets.training as training_assets
 import flywheel.policy.sft as training
 from flywheel.assets.curriculum import CurriculumResource
-from flywheel.core.store import Store
-from flywheel.core.trajectory import Step, Trajectory
 from flywheel.orchestration.partitions import partition_key
 from flywheel.policy.models import build_tiny_model, load_tokenizer
 from flywheel.policy.sft import TrainConfig, TrainResult, sft_examples, train_sft
 from flywheel.resources import EnvResource, LoopResource, StoreResource, TransformersPolicy
+from tests.fakes import marked, store_with_seeds
 
 BENCH = "scienceworld"
 
@@ -21,11 +20,6 @@ def tiny(tmp_path_factory):
     return build_tiny_model(tmp_path_factory.mktemp("m") / "tiny", vocab_size=300)
 
 
-def marked(i: int, n_steps: int = 1, source="teacher", iteration=0) -> Trajectory:
-    steps = [Step(observation=f"task zq{i}q", thought="think", plan="plan", action=f"act {t}",
-                  next_observation="ok") for t in range(n_steps)]
-    return Trajectory(benchmark=BENCH, split="train", task_id=f"task{i}", source=source, iteration=iteration,
-                      goal=f"zq{i}q", steps=steps, success=True, reward=1.0)
 
 
 def test_given_order_reaches_the_trainer_batches(tmp_path, tiny, monkeypatch):
@@ -54,12 +48,6 @@ def test_given_order_reaches_the_trainer_batches(tmp_path, tiny, monkeypatch):
     assert seen == order
 
 
-def _store_with_seeds(path) -> Store:
-    db = Store(path)
-    lengths = {0: 6, 1: 2, 2: 9, 3: 4}
-    db.write_trajectories([marked(i, n) for i, n in lengths.items()])
-    db.write_trajectories([marked(10 + i, n, source="synthetic") for i, n in enumerate([12, 1, 7])])
-    return db
 
 
 def _run_sft(tmp_path, monkeypatch, curriculum, k=0):
@@ -84,7 +72,7 @@ def _run_sft(tmp_path, monkeypatch, curriculum, k=0):
 
 
 def test_sft_checkpoint_trains_easy_to_hard_and_inserts_gated_by_complexity(tmp_path, monkeypatch):
-    db = _store_with_seeds(tmp_path / "fw.duckdb")
+    db = store_with_seeds(tmp_path / "fw.duckdb")
     tasks, cfg, _ = _run_sft(tmp_path, monkeypatch, CurriculumResource())
     assert cfg.order == "given"
     assert tasks == ["task11", "task1", "task3", "task0", "task12", "task2", "task10"]  # 1, 2, 4, 6, 7, 9, 12 steps
@@ -114,7 +102,7 @@ def test_a_step_cap_below_one_pass_is_reported_as_the_hardest_examples_never_tra
 
 
 def test_ablation_off_shuffles_and_drops_synthetic(tmp_path, monkeypatch):
-    _store_with_seeds(tmp_path / "fw.duckdb")
+    store_with_seeds(tmp_path / "fw.duckdb")
     tasks, cfg, result = _run_sft(tmp_path, monkeypatch, CurriculumResource(synthesize=False, order="shuffle"))
     assert cfg.order == "shuffle" and sorted(tasks) == ["task0", "task1", "task2", "task3"]
     meta = result.get_asset_materialization_events()[0].materialization.metadata
@@ -122,7 +110,7 @@ def test_ablation_off_shuffles_and_drops_synthetic(tmp_path, monkeypatch):
 
 
 def test_staged_order_goes_bucket_by_bucket(tmp_path, monkeypatch):
-    db = _store_with_seeds(tmp_path / "fw.duckdb")
+    db = store_with_seeds(tmp_path / "fw.duckdb")
     tasks, cfg, _ = _run_sft(tmp_path, monkeypatch, CurriculumResource(order="staged", train_bucket_edges={BENCH: [3, 7]}))
     assert cfg.order == "given"
     buckets = db.query("SELECT bucket FROM training_order WHERE iteration = 0 ORDER BY position")["bucket"].to_list()
@@ -132,7 +120,7 @@ def test_staged_order_goes_bucket_by_bucket(tmp_path, monkeypatch):
 def test_refine_from_previous_continues_from_checkpoint_k_minus_1_on_new_successes(tmp_path, monkeypatch):
     """policy.refine_from="previous": k=1 starts from checkpoint 0 and trains on gate 0's new
     successes plus as many replayed seed/curriculum trajectories, not on everything again."""
-    db = _store_with_seeds(tmp_path / "fw.duckdb")
+    db = store_with_seeds(tmp_path / "fw.duckdb")
     calls = []
 
     def fake_train(base, examples, out, cfg, progress=None):

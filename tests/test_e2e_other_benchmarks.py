@@ -7,13 +7,7 @@ from flywheel.assets.curriculum import CurriculumResource
 from flywheel.core.store import Store
 from flywheel.definitions import build_defs
 from flywheel.orchestration.partitions import partition_key
-from flywheel.policy.models import build_tiny_model
 from flywheel.resources import EnvResource, StoreResource, TransformersPolicy
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return str(build_tiny_model(tmp_path_factory.mktemp("m") / "tiny", vocab_size=512))
 
 
 @pytest.mark.parametrize("benchmark", ["webshop", pytest.param("alfworld", marks=pytest.mark.slow)])

@@ -14,28 +14,17 @@ from flywheel.assets.curriculum import CurriculumResource
 from flywheel.core.store import Store
 from flywheel.definitions import build_defs
 from flywheel.orchestration.partitions import partition_key
-from flywheel.policy.models import build_tiny_model
 from flywheel.resources import EnvResource, LoopResource, StoreResource, TransformersPolicy
+from tests.helpers import check_results, run
 from tests.loop_support import OraclePolicy  # replays the teacher's answers after one extra look
 
 BENCH = "scienceworld"
 
 
-def run(defs, job, key, assets, instance):
-    return defs.resolve_job_def(job).execute_in_process(
-        partition_key=str(key), instance=instance, raise_on_error=False,
-        asset_selection=[dg.AssetKey(a) for a in assets],
-    )
 
 
-def check_results(result):
-    return {e.event_specific_data.check_name: e.event_specific_data.passed
-            for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return str(build_tiny_model(tmp_path_factory.mktemp("m") / "tiny", vocab_size=512))
 
 
 def base_resources(tmp_path, policy):

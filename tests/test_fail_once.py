@@ -30,7 +30,7 @@ from flywheel.resources import (
     StoreResource,
     TransformersPolicy,
 )
-from tests.test_curriculum_training import BENCH, _store_with_seeds
+from tests.fakes import BENCH, store_with_seeds
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -85,7 +85,7 @@ def fake_train(monkeypatch):
 
 
 def test_k_plus_one_before_gate_k_fails_once_with_the_fix(tmp_path, instance, fake_train):
-    _store_with_seeds(tmp_path / "fw.duckdb")
+    store_with_seeds(tmp_path / "fw.duckdb")
     result, dagster_run = run(instance, resources(tmp_path), 1, ["sft_checkpoint"])
     assert not result.success and fake_train == []
     [message] = failure_messages(result)
@@ -97,7 +97,7 @@ def test_k_plus_one_before_gate_k_fails_once_with_the_fix(tmp_path, instance, fa
 
 
 def test_missing_model_fails_once_and_missing_checkpoint_skips_op_retries(tmp_path, instance):
-    _store_with_seeds(tmp_path / "fw.duckdb")
+    store_with_seeds(tmp_path / "fw.duckdb")
     # The policy resource checks its model before any step: the run fails at resource init, once.
     result, dagster_run = run(instance, resources(tmp_path, model="missing"), 0, ["sft_checkpoint"])
     assert not result.success
@@ -114,7 +114,7 @@ def test_missing_model_fails_once_and_missing_checkpoint_skips_op_retries(tmp_pa
 
 
 def test_invalid_loop_config_fails_once(tmp_path, instance, fake_train):
-    _store_with_seeds(tmp_path / "fw.duckdb")
+    store_with_seeds(tmp_path / "fw.duckdb")
     result, dagster_run = run(instance, resources(tmp_path, loop=LoopResource(patience=0)), 0, ["sft_checkpoint"])
     assert not result.success and fake_train == []
     assert "patience must be >= 1" in dagster_run.tags[FAIL_ONCE_TAG]
@@ -122,7 +122,7 @@ def test_invalid_loop_config_fails_once(tmp_path, instance, fake_train):
 
 
 def test_transient_failure_keeps_its_run_retries(tmp_path, instance, monkeypatch):
-    _store_with_seeds(tmp_path / "fw.duckdb")
+    store_with_seeds(tmp_path / "fw.duckdb")
 
     def oom(*_args, **_kwargs):
         raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
@@ -135,7 +135,7 @@ def test_transient_failure_keeps_its_run_retries(tmp_path, instance, monkeypatch
 
 
 def test_failed_blocking_check_binds_k_plus_one_unless_opted_out(tmp_path, instance, fake_train):
-    db = _store_with_seeds(tmp_path / "fw.duckdb")
+    db = store_with_seeds(tmp_path / "fw.duckdb")
     # The gate of k=0 over no rollouts: empty, so its blocking check fails, and that run fails once.
     result, gate_run = run(instance, resources(tmp_path), 0, ["gated_dataset"])
     assert not result.success and db.gated_iterations(BENCH) == [0]
@@ -172,7 +172,7 @@ def test_gate_check_verdict_goes_to_the_store_even_when_the_check_raises(tmp_pat
     verdict (Dagster's "planned"), and a check that raises is recorded as failed (as Dagster records it)."""
     import flywheel.assets.refinement as refinement
 
-    db = _store_with_seeds(tmp_path / "fw.duckdb")
+    db = store_with_seeds(tmp_path / "fw.duckdb")
     db.record_gate_check(BENCH, 0, passed=True, trajectories=3, problems=[])  # an earlier gate's verdict
     seen = []
 
@@ -199,7 +199,7 @@ def test_sensor_applies_the_same_rule(tmp_path, instance):
     from flywheel.sensors import evaluate_loop
 
     db = Store(tmp_path / "fw.duckdb")
-    _store_with_seeds(tmp_path / "fw.duckdb")
+    store_with_seeds(tmp_path / "fw.duckdb")
     run(instance, resources(tmp_path), 0, ["gated_dataset"])  # empty gate, failed check
     # What the sensor also waits for: the curriculum, a checkpoint and the evaluation of k=0.
     for key, partition in (("synthetic_curriculum", BENCH), ("evaluation", str(partition_key(BENCH, 0)))):
@@ -217,7 +217,7 @@ def test_sensor_applies_the_same_rule(tmp_path, instance):
 
 def test_unaffordable_rollout_budget_fails_once_before_any_work(tmp_path, instance):
     """No train_limit: the budget rule applies to the tasks the run really has, before any episode."""
-    _store_with_seeds(tmp_path / "fw.duckdb")
+    store_with_seeds(tmp_path / "fw.duckdb")
     res = resources(tmp_path, policy=TransformersPolicy(base_model_path=str(tmp_path / "model"),
                                                         checkpoints_dir=str(tmp_path / "ck"), samples_per_task=20))
     result, dagster_run = run(instance, res, 0, ["rollouts"])

@@ -17,8 +17,7 @@ from flywheel.orchestration.partitions import partition_key
 from flywheel.policy.models import build_tiny_model
 from flywheel.policy.sft import TrainResult, sft_examples, train_sft
 from flywheel.resources import EnvResource, LoopResource, StoreResource, TransformersPolicy
-from tests.test_curriculum_training import BENCH, _store_with_seeds
-from tests.test_store import make_traj
+from tests.fakes import BENCH, make_traj, store_with_seeds
 
 
 def materialize_sft(tmp_path, calls, **policy):
@@ -43,7 +42,7 @@ def materialize_sft(tmp_path, calls, **policy):
 
 
 def test_rerun_reuses_the_recorded_checkpoint_and_new_training_never_touches_it(tmp_path):
-    db = _store_with_seeds(tmp_path / "fw.duckdb")
+    db = store_with_seeds(tmp_path / "fw.duckdb")
     calls: list[Path] = []
     first = materialize_sft(tmp_path, calls)
     assert len(calls) == 1 and first["reused"].value is False
@@ -83,7 +82,7 @@ def test_train_sft_never_overwrites_a_checkpoint_directory(tmp_path):
 
 
 def test_a_checkpoint_and_its_training_pairs_are_recorded_together(tmp_path):
-    db = _store_with_seeds(tmp_path / "fw.duckdb")
+    db = store_with_seeds(tmp_path / "fw.duckdb")
     pairs = [{"prompt": [{"role": "user", "content": "p"}], "completion": [{"role": "assistant", "content": "c"}]}]
     with pytest.raises(Exception, match="many"):  # the checkpoint row fails after its pairs were written: neither stays
         db.record_checkpoint({"checkpoint_id": "c", "benchmark": BENCH, "iteration": 0, "n_examples": "many"},
@@ -102,7 +101,7 @@ def test_a_checkpoint_and_its_training_pairs_are_recorded_together(tmp_path):
 
 
 def test_a_killed_sfts_leftovers_are_removed_by_the_next_run_and_recorded_ones_kept(tmp_path):
-    _store_with_seeds(tmp_path / "fw.duckdb")
+    store_with_seeds(tmp_path / "fw.duckdb")
     calls: list[Path] = []
     kept = Path(materialize_sft(tmp_path, calls, max_train_steps=3)["path"].value)  # recorded: never removed
     folder = kept.parent

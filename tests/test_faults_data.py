@@ -18,9 +18,7 @@ from envs.alfworld import data as alf
 from envs.alfworld.tasks import load_tasks
 from envs.data import MissingDataError
 from flywheel.config.validation import ConfigurationError, check_data
-from tests.loop_support import REPO_ROOT
-
-ARCHIVE = REPO_ROOT.parent / "shared" / "data" / alf.ARCHIVE
+from tests.helpers import ARCHIVE
 
 
 def real_games(n: int) -> list[tuple[str, bytes]]:

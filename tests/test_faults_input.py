@@ -16,8 +16,7 @@ import yaml
 
 from envs.alfworld import data as alf
 from flywheel.cli import main
-from tests.test_export import store  # noqa: F401 - the fixture
-from tests.test_faults_data import ARCHIVE
+from tests.helpers import ARCHIVE
 
 MINI = {"name": "mini", "benchmark": "webshop", "iterations": 0, "model": "tiny"}
 

@@ -19,15 +19,8 @@ from flywheel.definitions import build_defs
 from flywheel.orchestration.partitions import partition_key
 from flywheel.policy.inference import OpenAICompatibleGenerator
 from flywheel.resources import EnvResource, OpenAICompatiblePolicy, StoreResource
+from tests.helpers import BENCH, answer, experts, failure_message, files_containing, materialize_teacher
 from tests.openai_stub import StubServer
-from tests.test_faults_teacher import (
-    BENCH,
-    answer,
-    experts,
-    failure_message,
-    files_containing,
-    materialize_teacher,
-)
 
 KEY = "Zq9vK2mW7xT4bN8pR3dL6hY1uQ0e"  # no known credential shape
 

@@ -21,8 +21,8 @@ import pytest
 
 from flywheel.orchestration.slots import PoolBusyError, check_pool_free
 from flywheel.policy.models import build_tiny_model
+from tests.fakes import store_with_seeds
 from tests.loop_support import REPO_ROOT
-from tests.test_curriculum_training import _store_with_seeds
 
 CHILD = r'''
 import os, sys, time
@@ -68,7 +68,7 @@ def child(tmp_path, mode, marker):
 def test_sft_after_a_sigkilled_sft_proceeds(tmp_path, freed_by):
     (tmp_path / "home").mkdir()
     shutil.copyfile(REPO_ROOT / "dagster.yaml", tmp_path / "home" / "dagster.yaml")
-    _store_with_seeds(tmp_path / "fw.duckdb")
+    store_with_seeds(tmp_path / "fw.duckdb")
     build_tiny_model(tmp_path / "tiny", vocab_size=300)  # only checked for: training is stood in for
     first = child(tmp_path, "slow", tmp_path / "training-1")
     deadline = time.monotonic() + 180

@@ -17,48 +17,21 @@ import pytest
 from dagster._serdes import serialize_value
 
 from flywheel.core.store import Store
-from flywheel.core.trajectory import Step, Trajectory
-from flywheel.definitions import build_defs
-from flywheel.resources import OpenAITeacherResource, StoreResource
+from tests.helpers import answer, experts, failure_message, files_containing, materialize_teacher
 from tests.openai_stub import StubServer
 
 SECRET = "sk-flywheel-TEST-5f3a9c1e7b2d4a60"
 BENCH = "scienceworld"
 
 
-def answer(n: int) -> str:
-    return json.dumps({"steps": [{"thought": f"Thought {i}. Because.", "plan": f"plan {i}"} for i in range(n)]})
 
 
-def experts(n_trajs: int = 3, n_steps: int = 2) -> list[Trajectory]:
-    return [Trajectory(benchmark=BENCH, split="train", task_id=f"find-non-living-thing/{i}", source="expert",
-                       goal="find a non-living thing", success=True, reward=1.0,
-                       steps=[Step(observation=f"room {i}.{t}", thought="", plan="", action=f"go {t}",
-                                   next_observation=f"room {i}.{t + 1}") for t in range(n_steps)])
-            for i in range(n_trajs)]
 
 
-def materialize_teacher(tmp_path, base_url, instance):
-    teacher = OpenAITeacherResource(base_url=base_url, model="stub-model", max_retries=2, backoff_s=0.0)
-    defs = build_defs({"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "teacher": teacher})
-    return defs.resolve_job_def("bootstrap_job").execute_in_process(
-        partition_key=BENCH, instance=instance, raise_on_error=False,
-        asset_selection=[dg.AssetKey("teacher_quaternions")],
-    )
 
 
-def failure_message(result) -> str:
-    """The step failure as the UI shows it: Dagster's wrapper, then the cause chain."""
-    [failure] = [e for e in result.all_events if e.is_step_failure]
-    err, texts = failure.event_specific_data.error, []
-    while err is not None:
-        texts.append(err.message)
-        err = err.cause
-    return "\n".join(texts)
 
 
-def files_containing(root: Path, needle: bytes) -> list[str]:
-    return [str(p) for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
 
 
 def test_teacher_asset_fails_clearly_keeps_paid_answers_and_never_leaks_the_key(tmp_path, monkeypatch, capfd, caplog):
@@ -105,7 +78,7 @@ def test_unusable_answers_are_never_cached_but_asked_again(tmp_path):
     """A 200 with null content, prose, or a 5 MB body is not cached: it is asked again, and after the
     retry limit the error shows the answer's first characters (redacted); a later run asks anew."""
     from flywheel.teacher import OpenAITeacher, TeacherError
-    from tests.test_store import make_traj
+    from tests.fakes import make_traj
 
     db = Store(tmp_path / "fw.duckdb")
     key = "k3y-with-no-known-shape-77"

@@ -2,7 +2,7 @@ from dataclasses import replace
 
 from flywheel.core.gate import dataset_problems, reward_gate
 from flywheel.core.metrics import markdown_table, summarize
-from tests.test_store import make_traj
+from tests.fakes import make_traj
 
 
 def test_gate_keeps_only_new_successes():

@@ -156,6 +156,15 @@ def test_flywheel_imports_sit_at_the_top_except_in_the_cli():
     assert local == [], f"flywheel imports inside functions: {local}; move them to the top of the file"
 
 
+def test_no_test_module_imports_another():
+    """Shared fixtures live in tests/conftest.py, doubles in tests/fakes.py, helpers in tests/helpers.py."""
+    tests = FLYWHEEL.parent / "tests"
+    offenders = sorted(f"{p.name}: {n.module}" for p in tests.glob("test_*.py")
+                       for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+                       if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("tests.test_"))
+    assert offenders == []
+
+
 def test_no_two_modules_share_a_file_name():
     names = Counter(p.name for p in FLYWHEEL.rglob("*.py") if p.name != "__init__.py")
     assert [n for n, c in names.items() if c > 1] == []

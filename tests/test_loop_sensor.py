@@ -12,20 +12,15 @@ import json
 import time
 
 import dagster as dg
-import pytest
 
 from flywheel.core.store import Store
 from flywheel.drivers.pipeline import iterations_table, run_loop
 from flywheel.orchestration.partitions import partition_key
-from flywheel.policy.models import build_tiny_model
 from tests.loop_support import BENCH, loop_defs, loop_profile, loop_resources, train_tasks
 
 FLYWHEEL_ASSETS = ["sft_checkpoint", "rollouts", "gated_dataset", "evaluation"]
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return str(build_tiny_model(tmp_path_factory.mktemp("m") / "tiny", vocab_size=512))
 
 
 def materialized(instance, asset):

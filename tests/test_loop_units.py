@@ -16,8 +16,7 @@ from flywheel.core.store import Store
 from flywheel.core.trajectory import Trajectory
 from flywheel.resources import LoopResource
 from flywheel.rollout.engine import plan_resume
-from tests.fakes import counter_task
-from tests.test_store import make_traj
+from tests.fakes import counter_task, make_traj
 
 # -- adaptive sampling --------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from flywheel.resources import (
     ScriptedTeacherResource,
     TransformersPolicy,
 )
+from tests.helpers import assert_profile_refused
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -100,13 +101,6 @@ def test_a_bad_profile_fails_before_any_work_naming_the_fix(tmp_path, text, mess
     assert_profile_refused(tmp_path, text, message)
 
 
-def assert_profile_refused(tmp_path, text: str, message: str) -> None:
-    """Loading a profile of `text` fails with a ConfigurationError naming the file and `message`."""
-    path = tmp_path / "bad.yaml"
-    path.write_text(text)
-    with pytest.raises(ConfigurationError) as err:
-        load_profile(path)
-    assert message in str(err.value) and str(path) in str(err.value)
 
 
 def test_missing_profile_file_is_a_clear_error(tmp_path):

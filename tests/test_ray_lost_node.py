@@ -25,7 +25,7 @@ import pytest
 from envs import get_benchmark
 from flywheel.rollout.engine import RolloutConfig
 from flywheel.rollout.ray_pool import RayOptions
-from tests.test_ray_rollouts import ExpertGenerator, expected_pairs, play, rows, tasks_of
+from tests.helpers import ExpertGenerator, expected_pairs, play, rows, tasks_of
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs the `ray` extra (make test installs it)")
 from ray.cluster_utils import Cluster  # noqa: E402 - after the importorskip

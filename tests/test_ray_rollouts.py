@@ -20,18 +20,16 @@ import pytest
 
 from envs import get_benchmark
 from flywheel.config.validation import ConfigurationError
-from flywheel.core.prompting import PromptShape, format_response
-from flywheel.core.store import Store
-from flywheel.policy.inference import Generation, TransformersGenerator
-from flywheel.policy.models import build_tiny_model
+from flywheel.core.prompting import PromptShape
+from flywheel.policy.inference import TransformersGenerator
 from flywheel.resources import TransformersPolicy
 from flywheel.resources.ray_cluster import RayConfig
-from flywheel.rollout.engine import RolloutConfig, resume_rollouts, run_rollouts
+from flywheel.rollout.engine import RolloutConfig, run_rollouts
 from flywheel.rollout.ray_pool import RayGenerator, RayOptions
+from tests.helpers import ExpertGenerator, expected_pairs, play, rows, tasks_of
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs the `ray` extra (make test installs it)")
 
-SCOPE = {"iteration": 0, "source": "policy", "split": "train"}
 OPTS = RayOptions(env_actor_cpus=0.5, envs_per_actor=2, max_actor_replacements=2)
 
 
@@ -43,66 +41,16 @@ def cluster():
     ray.shutdown()
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return str(build_tiny_model(tmp_path_factory.mktemp("m") / "tiny", vocab_size=512))
 
 
-class ExpertGenerator:
-    """Deterministic policy: the task's expert actions on even tasks, 'look around' on odd ones.
-
-    `on_call(n)` runs in the driver before the n-th generate call (used to kill an actor).
-    """
-
-    model_id = "expert"
-
-    def __init__(self, tasks, spec, on_call=None) -> None:
-        keys = [t.goal for t in tasks]
-        if not all(keys):  # ScienceWorld tasks have no goal text: key on the initial observation
-            env = spec.make_env()
-            keys = [env.reset(t).strip() for t in tasks]
-            env.close()
-        self.plays = [(k, spec.expert_actions(t) if i % 2 == 0 else []) for i, (k, t) in enumerate(zip(keys, tasks, strict=True))]
-        self.on_call = on_call
-        self.calls = 0
-
-    def generate(self, prompts, *, temperature, max_new_tokens, seed=None):
-        if self.on_call:
-            self.on_call(self.calls)
-        self.calls += 1
-        out = []
-        for messages in prompts:
-            user = messages[-1]["content"]
-            step = int(re.findall(r"\[Step (\d+)\] Respond", user)[-1]) - 1
-            actions = next((a for key, a in self.plays if key in user), [])
-            action = actions[step] if step < len(actions) else "look around"
-            text = format_response(f"Step {step}.", "Follow the plan.", action)
-            out.append(Generation(text, prompt_tokens=len(user) // 4, completion_tokens=len(text) // 4))
-        return out
 
 
-def play(path, benchmark, jobs, generator, cfg):
-    spec = get_benchmark(benchmark)
-    db = Store(path)
-    resume_rollouts(db, jobs, scope={"benchmark": benchmark, **SCOPE}, checkpoint_id="ck", make_env=spec.make_env,
-                    generator=generator, instructions=spec.system_prompt(), normalize_action=spec.normalize_action,
-                    cfg=cfg)
-    return db
 
 
-def rows(db: Store):
-    trajs = db.query("SELECT * EXCLUDE (created_at) FROM trajectories ORDER BY traj_id").to_dicts()
-    steps = db.query("SELECT * FROM steps ORDER BY traj_id, t").to_dicts()
-    return trajs, steps
 
 
-def expected_pairs(jobs):
-    return sorted((t.task_id, s) for t, s in jobs)
 
 
-def tasks_of(benchmark: str, n: int):
-    types = ("find-non-living-thing",) if benchmark == "scienceworld" else None
-    return get_benchmark(benchmark).load_tasks("train", limit=n, task_types=types)
 
 
 # WebShop envs start in milliseconds: the default suite. ScienceWorld starts a JVM per env: slow tier.

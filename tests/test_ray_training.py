@@ -16,7 +16,7 @@ from flywheel.policy.sft import TrainConfig, sft_examples, train_sft
 from flywheel.resources import TransformersPolicy
 from flywheel.resources.ray_cluster import RayConfig
 from flywheel.rollout.ray_pool import RayOptions
-from tests.test_store import make_traj
+from tests.fakes import make_traj
 
 pytest.importorskip("ray.train", reason="SFT on Ray needs the `ray` extra")
 

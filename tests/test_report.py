@@ -13,7 +13,7 @@ from flywheel.core.store import Store
 from flywheel.drivers.pipeline import paper_table
 from flywheel.reports import paper
 from flywheel.reports.render import render_committed
-from tests.test_benchmark_specs import BareSpec
+from tests.fakes import BareSpec
 
 
 @dataclasses.dataclass(frozen=True)

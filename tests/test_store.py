@@ -3,14 +3,7 @@ import multiprocessing as mp
 import pytest
 
 from flywheel.core.store import Store
-from flywheel.core.trajectory import Step, Trajectory
-
-
-def make_traj(task="t1", sample=0, iteration=0, source="policy", success=True, n=3) -> Trajectory:
-    steps = [Step(observation=f"o{i}", thought=f"e{i}", plan=f"p{i}", action=f"a{i}",
-                  next_observation=f"o{i + 1}", prompt_tokens=10 + i) for i in range(n)]
-    return Trajectory(benchmark="b", split="train", task_id=task, source=source, iteration=iteration,
-                      sample=sample, goal="g", steps=steps, success=success, reward=float(success))
+from tests.fakes import make_traj
 
 
 def test_roundtrip(tmp_path):

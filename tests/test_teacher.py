@@ -5,8 +5,8 @@ import pytest
 from flywheel.core.store import Store
 from flywheel.teacher import OpenAITeacher, ScriptedTeacher, TeacherError
 from flywheel.teacher.base import apply_annotations
+from tests.fakes import make_traj
 from tests.openai_stub import StubServer
-from tests.test_store import make_traj
 
 SECRET = "sk-test-SECRET-abcdef123456"
 

@@ -18,9 +18,8 @@ from flywheel.definitions import build_defs
 from flywheel.orchestration.partitions import partition_key
 from flywheel.policy.models import build_tiny_model
 from flywheel.profile import Profile, load_profile
+from tests.helpers import assert_profile_refused, check_results, run
 from tests.loop_support import OraclePolicy  # k+1 looks, then the teacher's answer
-from tests.test_e2e_scienceworld import check_results, run
-from tests.test_profile import assert_profile_refused
 from tests.tinybench import NAME, SPEC, shortest_path
 
 REF = "tests.tinybench:SPEC"

@@ -7,7 +7,7 @@ import pytest
 from flywheel.policy.inference import TransformersGenerator
 from flywheel.policy.models import build_tiny_model
 from flywheel.policy.sft import TrainConfig, sft_examples, train_sft
-from tests.test_store import make_traj
+from tests.fakes import make_traj
 
 
 @pytest.fixture(scope="module")
