@@ -108,7 +108,6 @@ class Profile:
     source: str = ""
 
     def __post_init__(self) -> None:
-
         where = self.source or "profile"
         for name in ("runs_dir", "model", "loop_cron"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():

@@ -48,6 +48,7 @@ from flywheel.resources.policy import stop_warm_servers
 
 log = logging.getLogger(__name__)
 
+
 def resolve_model(model: str, runs: Path) -> str:
     """The folder `model` names (`flywheel.profile.model_folder`), checked; `tiny` is a tiny random Llama
     built once under `runs`."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Iterable
@@ -9,12 +10,13 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
+from flywheel.config.methods import job_for, method_stages
 from flywheel.config.validation import ConfigurationError, check_benchmark
 from flywheel.core.metrics import markdown_table, result_columns
 from flywheel.core.quality import wilson_interval
 from flywheel.core.store import Store
 from flywheel.definitions import build_defs
-from flywheel.orchestration.partitions import partition_key, run_max_iteration
+from flywheel.orchestration.partitions import run_max_iteration
 from flywheel.profile import Profile
 
 log = logging.getLogger(__name__)
@@ -72,26 +74,29 @@ def run_flywheel(
     # Partitions 0..K for this run (run_max_iteration: at least the default range).
     defs = build_defs(resources, profile=Profile(benchmarks=(benchmark,), benchmark_refs=refs,
                                                  max_iteration=run_max_iteration(iterations)))
-    bootstrap = defs.resolve_job_def("bootstrap_job")
-    iteration = defs.resolve_job_def("iteration_job")
-    log.info("== stage 1/2: expert replay, teacher quaternions, curriculum (%s)", benchmark)
-    run_stage(bootstrap, benchmark, ["expert_trajectories", "teacher_quaternions", "synthetic_curriculum"], instance)
     continue_on_empty_gate = bool(getattr(resources.get("loop"), "continue_on_empty_gate", False))
     empty_gates: list[str] = []
-    for k in range(iterations):
-        log.info("== iteration %d: SFT, rollouts, reward gate, evaluation", k)
-        selection = ["sft_checkpoint", "rollouts", "gated_dataset"]
-        if not evaluate_last_only:
-            selection.append("evaluation")
+    # The method's stages (config.methods.method_stages, the planner experiments use too), one Dagster run
+    # per partition: bootstrap, then each k's SFT, rollouts, gate and evaluation together.
+    for key, stages in itertools.groupby(method_stages(benchmark, iterations, "bpo"), key=lambda s: s[1]):
+        stages = list(stages)
+        selection = [a for _, _, assets in stages for a in assets]
+        if key is None:
+            log.info("== stage 1/2: expert replay, teacher quaternions, curriculum (%s)", benchmark)
+            run_stage(defs.resolve_job_def(f"{job_for(stages[0][0])}_job"), benchmark, selection, instance)
+            continue
+        k = int(stages[0][0].split(":")[1])
+        if evaluate_last_only and k < iterations:
+            selection = [a for a in selection if a != "evaluation"]
+        log.info("== iteration %d: %s", k, "SFT, rollouts, reward gate, evaluation" if k < iterations
+                 else "SFT on seeds + gated successes, evaluation")
         try:
-            run_stage(iteration, str(partition_key(benchmark, k)), selection, instance)
+            run_stage(defs.resolve_job_def(f"{job_for(stages[0][0])}_job"), key, selection, instance)
         except GateBlocked as exc:
-            if not continue_on_empty_gate:
+            if not continue_on_empty_gate or k == iterations:
                 raise
             log.warning("%s; continuing (loop.continue_on_empty_gate)", exc)
             empty_gates.append(str(exc))
-    log.info("== iteration %d: SFT on seeds + gated successes, evaluation", iterations)
-    run_stage(iteration, str(partition_key(benchmark, iterations)), ["sft_checkpoint", "evaluation"], instance)
     return empty_gates
 
 

@@ -38,7 +38,6 @@ MAX_RETRIES_TAG = "dagster/max_retries"
 FAIL_ONCE_TAG = "flywheel/fail_once"
 
 
-
 class NotRetryable(RuntimeError):
     """Raised by helpers without a Dagster context (a missing checkpoint): a retry cannot fix it."""
 

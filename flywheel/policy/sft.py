@@ -305,7 +305,6 @@ class _ProgressCallback(_progress_callback_base()):
         self.bar = None  # a terminal bar (steps, rate, ETA); silent when stderr is not a TTY
 
     def on_train_begin(self, args, state, control, **kwargs):
-
         self.bar = progress_bar(state.max_steps, "sft", unit="step")
 
     def on_step_end(self, args, state, control, **kwargs):

@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 
 PLOTS = ("success_by_k.png", "gate_by_k.png", "rollout_pass_by_k.png")  # the order write_report lists them in
 
+
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}"
 

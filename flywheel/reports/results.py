@@ -24,6 +24,7 @@ from flywheel.resources import EnvResource
 
 log = logging.getLogger(__name__)
 
+
 def _rate(successes: int, n: int) -> dict[str, Any]:
     lo, hi = wilson_interval(successes, n)
     return {"n": n, "successes": successes, "rate": successes / n if n else 0.0, "ci_low": lo, "ci_high": hi}

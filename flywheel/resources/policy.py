@@ -212,7 +212,6 @@ class ManagedVLLMPolicy(PolicyResource):
     _server: Any = PrivateAttr(default=None)
 
     def server_config(self):
-
         if self.swap not in ("auto", "restart"):
             raise ValueError(f"policy.swap must be 'auto' or 'restart', got {self.swap!r}")
         return VLLMServerConfig(
@@ -238,7 +237,6 @@ class ManagedVLLMPolicy(PolicyResource):
         return self._server
 
     def generator(self, checkpoint_path: str, checkpoint_id: str) -> Generator:
-
         return ManagedVLLMGenerator(self.server(), checkpoint_path, checkpoint_id, stop_on_loop=self.stop_on_loop)
 
     def shutdown(self) -> None:
