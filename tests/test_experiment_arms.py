@@ -140,3 +140,18 @@ def test_replicates_pool_with_a_two_level_bootstrap():
     split = replicate_difference([reps[0], {t: False for t in tasks}, reps[2]], old)
     assert abs(split["delta"] - (0.2 - 0.25 + 0.4) / 3) < 1e-9 and not split["significant"]
     assert paired_difference(reps[2], old)["significant"]
+
+
+def test_a_claim_not_run_names_the_arms_without_an_evaluation():
+    """An arm that started but evaluated nothing (its record has no outcomes) is named as missing, like an arm
+    that never ran."""
+    from types import SimpleNamespace
+
+    from flywheel.reports.results import claims
+
+    preset = SimpleNamespace(compare=[("sft", 0, "base", 0), ("bpo", 2, "base", 0)], replicates={},
+                             arm_sections=lambda arm: {})
+    records = {"base": {"outcomes": {"0|seen": {"t1": [1, 1], "t2": [0, 1]}}}, "sft": {"outcomes": {}}}
+    rows = claims(preset, records)
+    assert [(r["arm"], r["status"], r["missing"]) for r in rows] == [("sft", "not run yet", ["sft"]),
+                                                                    ("bpo", "not run yet", ["bpo"])]

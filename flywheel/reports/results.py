@@ -183,7 +183,7 @@ def claims(preset: Preset, records: dict[str, dict[str, Any]]) -> list[dict[str,
         news = {m: got for m in members if (got := claim_outcomes(preset, records, m, k)) is not None}
         if old is None or not news:
             rows.append({"arm": arm, "k": k, "reference": ref, "reference_k": kref, "status": "not run yet",
-                         "missing": [a for a in (*members, ref) if a not in records]})
+                         "missing": [m for m in members if m not in news] + ([ref] if old is None else [])})
             continue
         kk = next(iter(news.values()))[0]
         splits = [s for s in old[1] if all(s in n[1] for n in news.values())]
