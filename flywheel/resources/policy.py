@@ -9,9 +9,9 @@ from flywheel.config.validation import BOUNDS, ConfigurationError, check_model_p
 from flywheel.core.prompting import PromptShape
 from flywheel.core.settings import DEFAULT_RUNS_DIR, REPO_ROOT, SMOLLM2_DIR
 from flywheel.orchestration.failures import setup_fails_once
+from flywheel.policy import sft_ray
 from flywheel.policy.inference import Generator, OpenAICompatibleGenerator, TransformersGenerator
 from flywheel.policy.sft import TrainConfig, TrainResult, micro_batching, train_sft
-from flywheel.policy.sft_ray import train_sft_on_ray
 from flywheel.policy.vllm_server import ManagedVLLMGenerator, VLLMServer, VLLMServerConfig
 from flywheel.resources.ray_cluster import RayConfig, check_backend
 from flywheel.rollout.engine import RolloutConfig
@@ -129,7 +129,7 @@ class PolicyResource(dg.ConfigurableResource):
         """SFT in this process (`sft_backend: local`) or as a Ray Train job (`ray`): the same TRL code."""
         if check_backend(self.sft_backend, "policy.sft_backend") == "ray":
 
-            return train_sft_on_ray(base_model, examples, out_dir, cfg, self.ray_options(), progress=progress)
+            return sft_ray.train_sft_on_ray(base_model, examples, out_dir, cfg, self.ray_options(), progress=progress)
         return train_sft(base_model, examples, out_dir, cfg, progress=progress)
 
     def generator(self, checkpoint_path: str, checkpoint_id: str) -> Generator:
