@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from flywheel.policy.models import build_tiny_model
-from tests.helpers import filled_store
+from tests.fakes import filled_store
 
 # Tests run tiny models beside JVMs on a 2-core machine: one torch thread avoids
 # OpenMP spin-wait thrash that makes tiny matmuls ~20x slower.
@@ -81,5 +81,5 @@ def tiny(tmp_path_factory) -> str:
 
 @pytest.fixture
 def store(tmp_path):
-    """tests.helpers.filled_store: what the export and view tests read."""
+    """tests.fakes.filled_store: what the export and view tests read."""
     return filled_store(tmp_path)

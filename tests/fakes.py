@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from envs.base import EnvError, StepResult, Task
 from flywheel.core.store import Store
 from flywheel.core.trajectory import Step, Trajectory
 from flywheel.policy.inference import Generation
+from flywheel.policy.sft import sft_examples
 
 BENCH = "scienceworld"  # the benchmark of marked() and store_with_seeds()
 
@@ -129,3 +131,25 @@ class BareSpec:
 
     def describe_action(self, action: str) -> str:
         return action
+
+
+def filled_store(tmp_path: Path):
+    """A store with three teacher seeds, six policy episodes (three gated), a k=0 checkpoint with its training
+    examples (one not kept) and an evaluation: (runs folder, store, seeds, gated, examples)."""
+    runs = tmp_path / "runs"
+    db = Store(runs / "flywheel.duckdb")
+    seeds = [make_traj(task=f"t{i}", source="teacher", n=2) for i in range(3)]
+    policy = [make_traj(task=f"t{i}", sample=s, success=(i + s) % 2 == 0) for i in range(3) for s in range(2)]
+    db.write_trajectories(seeds + policy)
+    passed = [t for t in policy if t.success]
+    db.write_gated("b", 0, [(t.traj_id, t.task_id) for t in passed], candidates=len(policy))
+    examples = sft_examples(seeds, lambda _t: "You are an agent.")
+    db.record_checkpoint({"checkpoint_id": "b-k0-x", "benchmark": "b", "iteration": 0, "path": "/nowhere",
+                          "n_examples": len(examples) - 1, "train_loss": 1.0})
+    traj_ids = [t.traj_id for t in seeds for _ in t.steps]
+    db.write_training_examples("b-k0-x", "b", 0, [{**ex, "traj_id": tid, "kept": i != 1}
+                                                   for i, (ex, tid) in enumerate(zip(examples, traj_ids, strict=True))])
+    db.write_evaluation({"benchmark": "b", "iteration": 0, "split": "seen", "checkpoint_id": "b-k0-x", "episodes": 4,
+                         "errored": 0, "success_rate": 0.5, "avg_reward": 0.5, "mean_steps": 3.0,
+                         "tokens_per_step": 40.0, "prompt_tokens_per_step": 30.0, "invalid_action_rate": 0.0})
+    return runs, db, seeds, passed, examples

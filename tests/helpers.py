@@ -18,14 +18,12 @@ from flywheel.core.store import Store
 from flywheel.core.trajectory import Step, Trajectory
 from flywheel.definitions import build_defs
 from flywheel.policy.inference import Generation
-from flywheel.policy.sft import sft_examples
 from flywheel.profile import load_profile
 from flywheel.resources import (
     OpenAITeacherResource,
     StoreResource,
 )
 from flywheel.rollout.engine import resume_rollouts
-from tests.fakes import make_traj
 from tests.loop_support import REPO_ROOT
 
 BENCH = "scienceworld"  # the teacher fault tests' benchmark
@@ -147,26 +145,6 @@ def files_containing(root: Path, needle: bytes) -> list[str]:
     return [str(p) for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
 
 
-def filled_store(tmp_path: Path):
-    """A store with three teacher seeds, six policy episodes (three gated), a k=0 checkpoint with its training
-    examples (one not kept) and an evaluation: (runs folder, store, seeds, gated, examples)."""
-    runs = tmp_path / "runs"
-    db = Store(runs / "flywheel.duckdb")
-    seeds = [make_traj(task=f"t{i}", source="teacher", n=2) for i in range(3)]
-    policy = [make_traj(task=f"t{i}", sample=s, success=(i + s) % 2 == 0) for i in range(3) for s in range(2)]
-    db.write_trajectories(seeds + policy)
-    passed = [t for t in policy if t.success]
-    db.write_gated("b", 0, [(t.traj_id, t.task_id) for t in passed], candidates=len(policy))
-    examples = sft_examples(seeds, lambda _t: "You are an agent.")
-    db.record_checkpoint({"checkpoint_id": "b-k0-x", "benchmark": "b", "iteration": 0, "path": "/nowhere",
-                          "n_examples": len(examples) - 1, "train_loss": 1.0})
-    traj_ids = [t.traj_id for t in seeds for _ in t.steps]
-    db.write_training_examples("b-k0-x", "b", 0, [{**ex, "traj_id": tid, "kept": i != 1}
-                                                   for i, (ex, tid) in enumerate(zip(examples, traj_ids, strict=True))])
-    db.write_evaluation({"benchmark": "b", "iteration": 0, "split": "seen", "checkpoint_id": "b-k0-x", "episodes": 4,
-                         "errored": 0, "success_rate": 0.5, "avg_reward": 0.5, "mean_steps": 3.0,
-                         "tokens_per_step": 40.0, "prompt_tokens_per_step": 30.0, "invalid_action_rate": 0.0})
-    return runs, db, seeds, passed, examples
 
 
 SCOPE = {"iteration": 0, "source": "policy", "split": "train"}
