@@ -10,12 +10,11 @@ import time
 import warnings
 from pathlib import Path
 
-# Every demo flag that sets a resource field, declared once: flag -> (resource section, field, the
-# demo's default, help). The parser, the bounds check (flywheel/config/validation.py, under the field's name)
-# and `demo_resources` are all built from this table. `inference` rows apply to the in-process
-# transformers policy only. A value comes from the flag when it is given, else from the profile's
-# section (so the demo trains as the UI's runs of the same profile do), else from the default here
-# (`demo_settings`).
+# The demo's settings: flag -> (resource section, field, the demo's value). The option itself (its help text
+# and bound) is declared once, on its resource field (flywheel/core/options.py); the flag's help and range
+# check are read from there (`demo_field_class`). `inference` rows apply to the in-process transformers
+# policy only. A value comes from the flag when it is given, else from the profile's section (so the demo
+# trains as the UI's runs of the same profile do), else from the demo's value here (`demo_settings`).
 #
 # The defaults are sized so that `make demo` (ScienceWorld's demo task types, SmolLM2-135M in float32,
 # the in-process transformers policy) runs the whole chain in about 15 minutes on a 2-core AVX2 CPU
@@ -38,29 +37,43 @@ from pathlib import Path
 # - an empty reward gate does not stop the demo (it trains k=1 anyway and says so), so a first run
 #   shows every stage; a profile's `loop.continue_on_empty_gate: false` (or the flag) stops it there,
 #   as the sensor would.
-DEMO_FIELDS: dict[str, tuple[str, str, object, str]] = {
-    "train_tasks": ("envs", "train_limit", 8, "training tasks (seeds and rollouts)"),
-    "eval_tasks": ("envs", "eval_limit", 3, "evaluation tasks per split"),
-    "max_steps": ("envs", "max_steps", 5, "env steps per episode"),
-    "samples": ("policy", "samples_per_task", 1, "rollouts per training task and iteration"),
-    "epochs": ("policy", "epochs", 3.0, "SFT epochs (when --max-train-steps is -1)"),
-    "lr": ("policy", "learning_rate", 3e-4, "SFT learning rate"),
-    "max_train_steps": ("policy", "max_train_steps", 6, "SFT optimizer steps per checkpoint (-1: use epochs)"),
-    "batch_size": ("policy", "batch_size", 4, "SFT batch size"),
-    "max_length": ("policy", "max_length", 768, "SFT examples cut to this many tokens"),
-    "max_new_tokens": ("policy", "max_new_tokens", 128, "generation budget per step"),
-    "parallel_envs": ("policy", "parallel_envs", 16, "envs played side by side (one generation batch)"),
-    "history_window": ("policy", "history_window", 2, "past (plan, action, observation) steps in a prompt"),
-    "max_observation_chars": ("policy", "max_observation_chars", 250, "observations in the history cut to this"),
-    "dtype": ("inference", "dtype", "auto", "inference dtype: auto (bfloat16 where the CPU/GPU has it natively, "
-              "else float32), float32, bfloat16, float16"),
-    "torch_threads": ("inference", "torch_threads", 0, "0 = torch default; 1 on a busy machine"),
-    "stop_on_loop": ("inference", "stop_on_loop", True, "end an answer stuck in a loop before max_new_tokens"),
-    "continue_on_empty_gate": ("loop", "continue_on_empty_gate", True,
-                               "train k+1 after an empty reward gate (off: stop there, as the sensor does)"),
+DEMO_FIELDS: dict[str, tuple[str, str, object]] = {
+    "train_tasks": ("envs", "train_limit", 8),
+    "eval_tasks": ("envs", "eval_limit", 3),
+    "max_steps": ("envs", "max_steps", 5),
+    "samples": ("policy", "samples_per_task", 1),
+    "epochs": ("policy", "epochs", 3.0),
+    "lr": ("policy", "learning_rate", 3e-4),
+    "max_train_steps": ("policy", "max_train_steps", 6),
+    "batch_size": ("policy", "batch_size", 4),
+    "max_length": ("policy", "max_length", 768),
+    "max_new_tokens": ("policy", "max_new_tokens", 128),
+    "parallel_envs": ("policy", "parallel_envs", 16),
+    "history_window": ("policy", "history_window", 2),
+    "max_observation_chars": ("policy", "max_observation_chars", 250),
+    "dtype": ("inference", "dtype", "auto"),
+    "torch_threads": ("inference", "torch_threads", 0),
+    "stop_on_loop": ("inference", "stop_on_loop", True),
+    "continue_on_empty_gate": ("loop", "continue_on_empty_gate", True),
 }
-# Numeric flags checked against the bounds of the option named on the right (iterations is the run's, not a field).
-DEMO_OPTIONS = {"iterations": "iterations", **{flag: field for flag, (_, field, _, _) in DEMO_FIELDS.items()}}
+# Numeric flags checked against the bounds of the field named on the right (--iterations is loop.max_iterations).
+DEMO_OPTIONS = {"iterations": "max_iterations", **{flag: field for flag, (_, field, _) in DEMO_FIELDS.items()}}
+
+
+def demo_field_class(section: str) -> type:
+    """The resource class that declares a demo flag's field (its help text and bound)."""
+    from flywheel.resources import EnvResource, LoopResource, TransformersPolicy
+
+    return {"envs": EnvResource, "policy": TransformersPolicy, "inference": TransformersPolicy,
+            "loop": LoopResource}[section]
+
+
+def demo_bounds() -> dict:
+    """Option name -> bound, for every numeric demo flag (read from the fields' declarations)."""
+    from flywheel.resources.fields import bounds_of
+
+    sections = {"loop", *(section for section, _, _ in DEMO_FIELDS.values())}
+    return bounds_of(*{demo_field_class(s) for s in sections})
 
 
 def demo_settings(args: argparse.Namespace) -> dict[str, tuple[object, str]]:
@@ -69,7 +82,7 @@ def demo_settings(args: argparse.Namespace) -> dict[str, tuple[object, str]]:
     else the demo's default."""
     sections = profile_of(args).sections
     out: dict[str, tuple[object, str]] = {}
-    for flag, (section, field, default, _) in DEMO_FIELDS.items():
+    for flag, (section, field, default) in DEMO_FIELDS.items():
         profile_section = sections.get("policy" if section == "inference" else section, {})
         if getattr(args, flag) is not None:
             out[flag] = (getattr(args, flag), "flag")
@@ -92,11 +105,11 @@ def validate_demo_args(args: argparse.Namespace) -> None:
 
     def named(flag: str) -> str:  # how the user gave the value: a flag, or a field of the profile
         if flag in settings and settings[flag][1] == "profile":
-            section, field, _, _ = DEMO_FIELDS[flag]
+            section, field, _ = DEMO_FIELDS[flag]
             return f"{profile_of(args).source}: {'policy' if section == 'inference' else section}.{field}"
         return "--" + flag.replace("_", "-")
 
-    check_options({opt: values[flag] for flag, opt in DEMO_OPTIONS.items()},
+    check_options({opt: values[flag] for flag, opt in DEMO_OPTIONS.items()}, bounds=demo_bounds(),
                   names={opt: named(flag) for flag, opt in DEMO_OPTIONS.items()})
     demo_options(args, _demo_spec(args))
 
@@ -130,10 +143,11 @@ def _instance():
     return dg.DagsterInstance.ephemeral()
 
 
-def demo_resources(args: argparse.Namespace) -> dict:
+def demo_resources(args: argparse.Namespace, server_pool=None) -> dict:
     """The profile's resources (backends, teacher, loop, every field the demo has no flag for), with the
     demo's settings (`demo_settings`: a flag given, else the profile's field, else the demo's default)
-    and its own store and checkpoints under --runs-dir."""
+    and its own store and checkpoints under --runs-dir; `server_pool` keeps vLLM servers warm across the
+    demo's runs (`policy.keep_server`)."""
     from flywheel.profile import build_resources
 
     profile = profile_of(args)
@@ -148,7 +162,7 @@ def demo_resources(args: argparse.Namespace) -> dict:
         envs[name] = {**{k: v for k, v in envs.get(name, {}).items() if k != b}, **({b: value} if value else {})}
     in_process = profile.policy_backend == "transformers"  # generation knobs of the in-process policy
     settings = demo_settings(args)
-    for flag, (section, field, _, _) in DEMO_FIELDS.items():
+    for flag, (section, field, _) in DEMO_FIELDS.items():
         if section == "inference":
             if not in_process:
                 continue
@@ -158,7 +172,7 @@ def demo_resources(args: argparse.Namespace) -> dict:
         sections["policy"].setdefault("max_batch_size", settings["parallel_envs"][0])
     return build_resources(sections, policy_backend=profile.policy_backend, where="demo",
                            runs_dir=runs, model_path=args.model, max_iteration=profile.max_iteration,
-                           benchmark_refs=profile.benchmark_refs)
+                           benchmark_refs=profile.benchmark_refs, server_pool=server_pool)
 
 
 def _demo_spec(args: argparse.Namespace):
@@ -230,6 +244,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from flywheel.core.store import Store, check_store
     from flywheel.drivers.experiment import resolve_model
     from flywheel.drivers.pipeline import GateBlocked, StageFailed, run_flywheel
+    from flywheel.policy.vllm_server import ServerPool
 
     check_store(Path(args.runs_dir) / "flywheel.duckdb")  # a damaged or newer store: refused, nothing written
     # The demo's tasks load (task types known, data there, archives whole) before any run or store is made.
@@ -238,7 +253,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     args.model = resolve_model(args.model_name, Path(args.runs_dir))  # `tiny`: built under --runs-dir once
     started = time.monotonic()
-    resources = demo_resources(args)
+    pool = ServerPool()  # the demo owns the servers policy.keep_server keeps warm across its runs
+    resources = demo_resources(args, server_pool=pool)
     logging.getLogger("flywheel.demo").info("demo settings: %s", ", ".join(
         f"--{flag.replace('_', '-')} {value} ({source})" for flag, (value, source) in demo_settings(args).items()))
     stopped, gate_blocked, empty_gates = None, False, []
@@ -249,6 +265,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         stopped, gate_blocked = f"{exc} (no successful trajectory to refine on; the sensor would stop here too)", True
     except StageFailed as exc:
         stopped = str(exc)
+    finally:
+        pool.stop_all()
     minutes = (time.monotonic() - started) / 60
     store = Path(args.runs_dir) / "flywheel.duckdb"
     print(f"\n## {args.benchmark}: success of checkpoint k=0 (SFT on seeds) vs k={args.iterations} "
@@ -471,14 +489,13 @@ class Parser(argparse.ArgumentParser):
 
 def _number(option: str, kind: type) -> object:
     """argparse type of a numeric flag: text that does not read as `kind` (1e6 for an integer, abc) gets the
-    range of `option` (validation.BOUNDS), as an out-of-range number does."""
-    from flywheel.config.validation import BOUNDS
+    range of `option` (its field's bound), as an out-of-range number does."""
 
     def parse(text: str):
         try:
             return kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {BOUNDS[option].describe()}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"must be {demo_bounds()[option].describe()}, got {text!r}") from None
 
     return parse
 
@@ -494,10 +511,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 def build_parser() -> argparse.ArgumentParser:
     from envs import DEFAULT_BENCHMARK, REGISTRY
-    from flywheel.core.settings import (  # not flywheel.profile: --help imports no Dagster
-        PROFILE_ENV,
-        SMOLLM2_DIR,
-    )
+    from flywheel.core.settings import PROFILE_ENV, SMOLLM2_DIR
 
     parser = Parser(
         prog="flywheel", formatter_class=HelpFormatter,
@@ -526,9 +540,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--runs-dir", default=None, help="store and checkpoints (default: the profile's runs_dir/demo)")
     demo.add_argument("--task-types", nargs="*", default=None,
                       help="default: the benchmark's demo task types (`demo_task_types` in its spec), else all tasks")
-    demo.add_argument("--iterations", type=_number("iterations", int), default=1,
+    demo.add_argument("--iterations", type=_number("max_iterations", int), default=1,
                       help="gated self-refinement iterations after k=0")
-    for flag, (section, field, default, help_text) in DEMO_FIELDS.items():
+    from flywheel.resources.fields import help_of  # the help text is the field's (its one declaration)
+
+    for flag, (section, field, default) in DEMO_FIELDS.items():
+        help_text = help_of(demo_field_class(section), field)
         # default None: a flag not given leaves the value to the profile, then to the demo's default
         kind = ({"action": argparse.BooleanOptionalAction} if isinstance(default, bool)
                 else {"type": _number(field, type(default)) if isinstance(default, int | float) else type(default)})

@@ -54,6 +54,7 @@ from flywheel.core.settings import (
     REPO_ROOT,
     SMOLLM2_DIR,
 )
+from flywheel.policy.vllm_server import ServerPool
 from flywheel.resources import (
     CurriculumResource,
     EnvResource,
@@ -63,6 +64,7 @@ from flywheel.resources import (
     ScriptedTeacherResource,
     StoreResource,
 )
+from flywheel.resources.fields import bounds_of
 from flywheel.resources.policy import ManagedVLLMPolicy, OpenAICompatiblePolicy, TransformersPolicy
 
 SECTIONS = ("envs", "policy", "loop", "curriculum", "teacher", "method")
@@ -242,13 +244,14 @@ def build_one(cls: type[dg.ConfigurableResource], name: str, fields_: dict[str, 
 def build_resources(
     sections: dict[str, dict[str, Any]], *, policy_backend: str, where: str, runs_dir: Path, model_path: str, max_iteration: int, store_fields: dict[str, Any] | None = None,
     loop_defaults: dict[str, Any] | None = None, benchmark_refs: dict[str, str] | None = None,
-    benchmarks: tuple[str, ...] | None = None,
+    benchmarks: tuple[str, ...] | None = None, server_pool: ServerPool | None = None,
 ) -> dict[str, dg.ConfigurableResource]:
     """The resources dict handed to `build_defs`, built section by section from plain fields; the store
     (`flywheel.duckdb`) and the checkpoints live in `runs_dir`.
 
     `benchmark_refs` (the benchmarks named by reference) reach `envs`, which every spec lookup goes
-    through; `benchmarks` (the partitions, when known) bound the loop's."""
+    through; `benchmarks` (the partitions, when known) bound the loop's. `server_pool` is the driver's pool of
+    warm vLLM servers (`policy.keep_server`): the driver owns it and stops its servers."""
 
     out: dict[str, dg.ConfigurableResource] = {
         "store": StoreResource(path=str(runs_dir / "flywheel.duckdb"), **(store_fields or {}))}
@@ -257,6 +260,8 @@ def build_resources(
         if name == "policy":
             fields_.setdefault("base_model_path", model_path)
             fields_.setdefault("checkpoints_dir", str(runs_dir / "checkpoints"))
+        if name == "policy" and server_pool is not None and "server_pool" in cls.model_fields:
+            fields_["server_pool"] = server_pool
         if name == "envs" and benchmark_refs:
             fields_.setdefault("benchmark_refs", dict(benchmark_refs))
         if name == "loop":
@@ -264,7 +269,7 @@ def build_resources(
                 fields_.setdefault(k, v)
             fields_.setdefault("max_iterations", max_iteration)
         try:
-            check_options(fields_, where=f"{name}.")  # the CLI's bounds (validation.BOUNDS), before any work
+            check_options(fields_, bounds=bounds_of(cls), where=f"{name}.")  # the fields' bounds, before any work
         except ConfigurationError as exc:
             raise ConfigurationError(f"{where}: {exc}") from None
         out[name] = build_one(cls, name, fields_, where)

@@ -7,7 +7,7 @@ import torch
 from flywheel.core.trajectory import Step, Trajectory
 from flywheel.policy.dpo import DPOSettings, Pair, agent_tokens, make_pairs, train_dpo, transcript
 from flywheel.policy.grpo import GRPOSettings, NoLearningSignal, group_advantages, token_logps, train_grpo
-from flywheel.policy.models import build_tiny_model, load_model, load_tokenizer
+from flywheel.policy.models import load_model, load_tokenizer
 
 INSTRUCTIONS = "You are shopping. Find the product and buy it."
 
@@ -18,13 +18,6 @@ def _traj(task: str, actions: list[str], *, reward: float, sample: int = 0, sour
     steps[0].observation = "WebShop [SEP] Instruction: buy red shoes under 50 dollars [SEP] Search"
     return Trajectory(benchmark="webshop", split="train", task_id=task, source=source, sample=sample, steps=steps,
                       success=reward >= 1.0, reward=reward)
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    build_tiny_model(path, vocab_size=512)
-    return path
 
 
 def _agent_logp(model_path, traj: Trajectory) -> float:

@@ -28,7 +28,7 @@ def test_every_demo_flag_reaches_the_field_it_names(tmp_path):
 
     argv = ["demo", "--runs-dir", str(tmp_path)]
     expected = {}
-    for flag, (section, field, default, _) in DEMO_FIELDS.items():
+    for flag, (section, field, default) in DEMO_FIELDS.items():
         if isinstance(default, bool):  # a switch: --no-FLAG / --FLAG
             value = not default
             argv += ["--" + ("" if value else "no-") + flag.replace("_", "-")]
@@ -94,7 +94,7 @@ def test_the_demo_defaults_without_a_profile_are_the_table_s(tmp_path):
     from flywheel.cli import DEMO_FIELDS, demo_settings
 
     args = build_parser().parse_args(["demo", "--runs-dir", str(tmp_path)])
-    assert {flag: v for flag, (v, _) in demo_settings(args).items()} == {f: d for f, (_, _, d, _) in DEMO_FIELDS.items()}
+    assert {flag: v for flag, (v, _) in demo_settings(args).items()} == {f: d for f, (_, _, d) in DEMO_FIELDS.items()}
     assert demo_resources(args)["policy"].stop_on_loop is True
     off = build_parser().parse_args(["demo", "--runs-dir", str(tmp_path), "--no-stop-on-loop"])
     assert demo_resources(off)["policy"].stop_on_loop is False

@@ -1,23 +1,17 @@
 """The curriculum order reaches the trainer: sft_checkpoint passes it, and the SFT dataloader keeps it."""
 
 import dagster as dg
-import pytest
 
 import flywheel.assets.training as training_assets
 import flywheel.policy.sft as training
 from flywheel.assets.curriculum import CurriculumResource
 from flywheel.orchestration.partitions import partition_key
-from flywheel.policy.models import build_tiny_model, load_tokenizer
+from flywheel.policy.models import load_tokenizer
 from flywheel.policy.sft import TrainConfig, TrainResult, sft_examples, train_sft
 from flywheel.resources import EnvResource, LoopResource, StoreResource, TransformersPolicy
 from tests.fakes import marked, store_with_seeds
 
 BENCH = "scienceworld"
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("m") / "tiny", vocab_size=300)
 
 
 

@@ -131,7 +131,7 @@ def test_unknown_spec_option(tmp_path):
     (["--max-new-tokens", "0"], "--max-new-tokens must be an integer in 1..8192"),
     (["--dtype", "float99"], "--dtype must be one of auto, float32, bfloat16, float16, got 'float99'"),
     (["--lr", "0"], "--lr must be a number > 0 and <= 1"),
-    (["--max-train-steps", "0"], "--max-train-steps must be an integer in 1..1e+06 or -1 (use epochs)"),
+    (["--max-train-steps", "0"], "--max-train-steps must be an integer in 1..1000000 or -1 (use epochs)"),
 ])
 def test_demo_numbers_are_checked_before_any_work(tmp_path, capsys, flags, named):
     from flywheel.cli import main

@@ -11,6 +11,7 @@
 """
 
 import ast
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -168,3 +169,11 @@ def test_no_test_module_imports_another():
 def test_no_two_modules_share_a_file_name():
     names = Counter(p.name for p in FLYWHEEL.rglob("*.py") if p.name != "__init__.py")
     assert [n for n, c in names.items() if c > 1] == []
+
+
+def test_the_tiny_model_fixture_is_conftest_s_alone():
+    """One tiny-model fixture (tests/conftest.py), not one per module with its own vocabulary."""
+    pattern = re.compile(r"^def tiny\(", re.M)
+    tests = FLYWHEEL.parent / "tests"
+    defined = [p.name for p in sorted(tests.glob("test_*.py")) if pattern.search(p.read_text(encoding="utf-8"))]
+    assert not defined and pattern.search((tests / "conftest.py").read_text(encoding="utf-8"))

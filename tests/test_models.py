@@ -3,12 +3,7 @@
 import pytest
 
 from flywheel.policy.inference import TransformersGenerator, cut_after_action
-from flywheel.policy.models import ModelNotFoundError, build_tiny_model, load_tokenizer, require_model
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "m", vocab_size=400)
+from flywheel.policy.models import ModelNotFoundError, load_tokenizer, require_model
 
 
 def test_chat_template_marks_assistant_for_loss(tiny):

@@ -11,7 +11,6 @@ import json
 import pytest
 
 from flywheel.policy.inference import TransformersGenerator
-from flywheel.policy.models import build_tiny_model
 from flywheel.policy.sft import TrainConfig, sft_examples, train_sft
 from flywheel.resources import TransformersPolicy
 from flywheel.resources.ray_cluster import RayConfig
@@ -19,11 +18,6 @@ from flywheel.rollout.ray_pool import RayOptions
 from tests.fakes import make_traj
 
 pytest.importorskip("ray.train", reason="SFT on Ray needs the `ray` extra")
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return str(build_tiny_model(tmp_path_factory.mktemp("m") / "tiny", vocab_size=300))
 
 
 @pytest.mark.slow  # a Ray cluster plus a Ray Train run: ~1.5 min on 2 busy cores

@@ -16,7 +16,6 @@ import envs
 from flywheel.core.store import Store
 from flywheel.definitions import build_defs
 from flywheel.orchestration.partitions import partition_key
-from flywheel.policy.models import build_tiny_model
 from flywheel.profile import Profile, load_profile
 from tests.helpers import assert_profile_refused, check_results, run
 from tests.loop_support import OraclePolicy  # k+1 looks, then the teacher's answer
@@ -38,11 +37,6 @@ policy: {{epochs: 1, max_train_steps: 1, batch_size: 2, samples_per_task: 1, par
 curriculum: {{max_proposals: 2}}
 loop: {{benchmarks: [{NAME}], max_iterations: 1}}
 """
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return str(build_tiny_model(tmp_path_factory.mktemp("m") / "tiny", vocab_size=256))
 
 
 def write_profile(tmp_path: Path, model: str, text: str = PROFILE) -> Path:

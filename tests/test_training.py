@@ -5,14 +5,8 @@ import json
 import pytest
 
 from flywheel.policy.inference import TransformersGenerator
-from flywheel.policy.models import build_tiny_model
 from flywheel.policy.sft import TrainConfig, sft_examples, train_sft
 from tests.fakes import make_traj
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("m") / "tiny", vocab_size=300)
 
 
 def test_examples_are_fused_one_per_step():

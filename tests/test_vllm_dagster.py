@@ -15,18 +15,11 @@ import pytest
 from flywheel.core.store import Store
 from flywheel.definitions import build_defs
 from flywheel.orchestration.partitions import partition_key
-from flywheel.policy.models import build_tiny_model
-from flywheel.policy.vllm_server import group_alive
+from flywheel.policy.vllm_server import ServerPool, group_alive
 from flywheel.resources import EnvResource, LoopResource, ManagedVLLMPolicy, StoreResource
-from flywheel.resources.policy import stop_warm_servers
 
 BENCH = "scienceworld"
 STUB = str(Path(__file__).with_name("vllm_stub_server.py"))
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return str(build_tiny_model(tmp_path_factory.mktemp("m") / "tiny", vocab_size=512))
 
 
 def stub_events(path: Path) -> list[dict]:
@@ -43,10 +36,12 @@ def run(defs, job, key, assets, instance):
 @pytest.mark.parametrize("keep_server", [pytest.param(False, marks=pytest.mark.slow), True])  # one server per run: slow tier
 def test_rollouts_and_evaluation_on_the_managed_server(tmp_path, tiny, keep_server):
     log = tmp_path / "stub.jsonl"
+    pool = ServerPool()  # the driver's: keep_server keeps its server warm across the two runs
     policy = ManagedVLLMPolicy(
         base_model_path=tiny, checkpoints_dir=str(tmp_path / "ck"), epochs=1, max_new_tokens=24, samples_per_task=1,
         parallel_envs=2, batch_size=4, server_command=[sys.executable, STUB], server_env={"STUB_EVENTS": str(log)},
         compile_cache_dir=str(tmp_path / "cache"), start_timeout_s=30, keep_server=keep_server,
+        server_pool=pool,
     )
     defs = build_defs({
         "store": StoreResource(path=str(tmp_path / "fw.duckdb")),
@@ -74,7 +69,7 @@ def test_rollouts_and_evaluation_on_the_managed_server(tmp_path, tiny, keep_serv
             assert len(starts) == 2 and not reloads
             assert not any(group_alive(s["pid"]) for s in starts)
     finally:
-        stop_warm_servers()
+        pool.stop_all()
     assert not any(group_alive(s["pid"]) for s in starts)
 
     db = Store(tmp_path / "fw.duckdb")

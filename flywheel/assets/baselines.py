@@ -28,8 +28,8 @@ from flywheel.assets.training import sft_checkpoint
 from flywheel.core.metrics import summarize
 from flywheel.orchestration.partitions import DEFAULT as DEFAULT_PARTITIONS
 from flywheel.orchestration.partitions import flywheel_partitions, keys_of
-from flywheel.policy.dpo import DPOSettings, Pair, make_pairs, train_dpo
-from flywheel.policy.grpo import GRPOSettings, NoLearningSignal, train_grpo
+from flywheel.policy.dpo import Pair, make_pairs, train_dpo
+from flywheel.policy.grpo import NoLearningSignal, train_grpo
 from flywheel.reports.paper import default_dirs, write_paper
 from flywheel.resources import EnvResource, MethodResource, PolicyResource, StoreResource
 from flywheel.rollout.engine import resume_rollouts
@@ -99,9 +99,7 @@ def dpo_checkpoint(context: dg.AssetExecutionContext, envs: EnvResource, policy:
                          "trajectory): nothing for DPO to learn from", allow_retries=False)
     trajs = {t.traj_id: t for t in db.load_trajectories([r["chosen_id"] for r in rows] + [r["rejected_id"] for r in rows])}
     pairs = [Pair(r["task_id"], trajs[r["chosen_id"]], trajs[r["rejected_id"]]) for r in rows]
-    cfg = DPOSettings(beta=method.dpo_beta, learning_rate=method.dpo_learning_rate, epochs=method.dpo_epochs,
-                      batch_size=method.dpo_batch_size, max_length=policy.max_length, max_steps=method.dpo_max_steps,
-                      max_observation_chars=policy.max_observation_chars, seed=policy.seed)
+    cfg = method.dpo_settings(policy)
     checkpoint_id = new_checkpoint_id(benchmark, k)
     started = time.monotonic()
     result = train_dpo(start["path"], pairs, envs.spec(benchmark).system_prompt(),
@@ -142,10 +140,7 @@ def grpo_checkpoint(context: dg.AssetExecutionContext, envs: EnvResource, policy
     )
     played = db.load_trajectories(**scope)
     stats = summarize(played)
-    settings = GRPOSettings(learning_rate=method.grpo_learning_rate, epochs=method.grpo_epochs, clip=method.grpo_clip,
-                            batch_size=method.grpo_batch_size, max_length=policy.max_length,
-                            max_observation_chars=policy.max_observation_chars, seed=policy.seed,
-                            scale_rewards=method.grpo_scale_rewards)
+    settings = method.grpo_settings(policy)
     checkpoint_id = new_checkpoint_id(benchmark, k)
     started = time.monotonic()
     lineage = {"method": method.check(), "starts_from": start["checkpoint_id"], "group_size": method.grpo_group_size,

@@ -28,6 +28,7 @@ from flywheel.core.sampling import (
 from flywheel.orchestration.failures import fail_once, fails_once, mark_run_not_retryable
 from flywheel.orchestration.partitions import flywheel_partitions, keys_of
 from flywheel.resources import EnvResource, LoopResource, PolicyResource, StoreResource
+from flywheel.resources.fields import bounds_of
 from flywheel.rollout.engine import resume_rollouts
 
 # A failed rollouts step (generator OOM, a JVM that will not start, a killed worker thread)
@@ -54,7 +55,7 @@ def rollouts(
     tasks = envs.tasks(benchmark, "train")
     # The CLI's budget rule, on the tasks the run really has (train_limit may be unset): before any work.
     check_options({"train_limit": len(tasks), "samples_per_task": policy.samples_per_task},
-                  names={"train_limit": f"the {len(tasks)} training tasks (envs.train_limit)",
+                  bounds=bounds_of(type(envs), type(policy)), names={"train_limit": f"the {len(tasks)} training tasks (envs.train_limit)",
                          "samples_per_task": "policy.samples_per_task"})
     ckpt = db.latest_checkpoint(benchmark, k)
     if ckpt is None:

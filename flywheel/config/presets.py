@@ -20,7 +20,8 @@ from flywheel.config.methods import METHODS, implied_sections
 from flywheel.config.validation import ConfigurationError, check_benchmark, check_plain_name
 from flywheel.core.settings import REPO_ROOT
 from flywheel.orchestration.partitions import run_max_iteration
-from flywheel.profile import SECTIONS, read_yaml, section
+from flywheel.policy.vllm_server import ServerPool
+from flywheel.profile import SECTIONS, Profile, read_yaml, section
 from flywheel.profile import build_resources as build_profile_resources
 
 log = logging.getLogger(__name__)
@@ -40,17 +41,18 @@ class Preset:
     name: str
     benchmark: str
     iterations: int
-    model: str = "smollm2"
+    model: str = Profile.model  # as a profile's `model` (flywheel/profile.py)
     description: str = ""
     notes: list[str] = field(default_factory=list)
     sections: dict[str, dict[str, Any]] = field(default_factory=dict)
     arms: dict[str, dict[str, dict[str, Any]]] = field(default_factory=lambda: {"bpo": {}})
     source: str = ""
-    # An empty gate stops the arm (as it stops the sensor); True trains k+1 on the same data anyway.
-    continue_on_empty_gate: bool = False
+    # The preset-wide value of loop.continue_on_empty_gate (the option is declared there, with its default):
+    # True also lets the runner go on past a blocked gate. None: the loop's default.
+    continue_on_empty_gate: bool | None = None
     # Who generates in rollouts and evaluation: "transformers" (in process) or "vllm" (a managed
     # vLLM server from `make vllm`'s environment); training is the same TRL SFT either way.
-    policy_backend: str = "transformers"
+    policy_backend: str = Profile.policy_backend
     # The claims the report states up front: (arm, k, reference arm, k); k None = the arm's last evaluated k.
     compare: list[tuple[str, int | None, str, int | None]] = field(default_factory=list)
     # Replicate runs of one recipe: group name -> its arms (same configuration, independent rollout samples);
@@ -126,10 +128,11 @@ def load_preset(name_or_path: str) -> Preset:
         check_plain_name(arm, f"{path}: arm")  # names its store's folder
     preset = Preset(
         name=name, benchmark=raw["benchmark"], iterations=iterations,
-        model=str(raw.get("model") or "smollm2"), description=str(raw.get("description") or ""),
+        model=str(raw.get("model") or Preset.model), description=str(raw.get("description") or ""),
         notes=list(raw.get("notes") or []), sections=sections, arms=arms, source=str(path),
-        continue_on_empty_gate=bool(raw.get("continue_on_empty_gate", False)),
-        policy_backend=str(raw.get("policy_backend") or "transformers"),
+        continue_on_empty_gate=(None if raw.get("continue_on_empty_gate") is None
+                                else bool(raw["continue_on_empty_gate"])),
+        policy_backend=str(raw.get("policy_backend") or Preset.policy_backend),
         compare=[parse_claim(c, arms, where=str(path)) for c in raw.get("compare") or []],
         replicates=parse_replicates(raw.get("replicates") or {}, arms, where=str(path)),
     )
@@ -180,10 +183,12 @@ def parse_replicates(raw: Any, arms: dict[str, Any], *, where: str) -> dict[str,
 
 
 def build_resources(preset: Preset, arm: str, arm_dir: Path, *, model_path: str,
-                    policy_fields: dict[str, Any] | None = None) -> dict[str, dg.ConfigurableResource]:
+                    policy_fields: dict[str, Any] | None = None,
+                    server_pool: ServerPool | None = None) -> dict[str, dg.ConfigurableResource]:
     """The resources dict handed to `build_defs` for one arm: its own store and checkpoints, the
     preset's sections with the arm's overrides, built as a profile's are (flywheel/profile.py).
-    `policy_fields` override the policy's for one stage (the equal-compute control's steps)."""
+    `policy_fields` override the policy's for one stage (the equal-compute control's steps); `server_pool`: the
+    runner's warm vLLM servers (`policy.keep_server`)."""
 
     where = f"experiment {preset.name}, arm {arm}"
     if preset.method(arm) not in METHODS:
@@ -195,6 +200,7 @@ def build_resources(preset: Preset, arm: str, arm_dir: Path, *, model_path: str,
         sections, policy_backend=preset.policy_backend, where=where,
         runs_dir=arm_dir, model_path=model_path, max_iteration=preset.max_iteration, store_fields={"method": preset.method(arm)},
         loop_defaults={"continue_on_empty_gate": True} if preset.continue_on_empty_gate else None,
+        server_pool=server_pool,
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from envs import get_benchmark, known_benchmarks
 from envs.data import ENV_VAR as DATA_ENV_VAR
 from envs.data import MissingDataError, data_dir
+from flywheel.core.options import Bound
 
 
 class ConfigurationError(ValueError):
@@ -119,7 +120,7 @@ def check_positive(value: int | float, name: str) -> None:
         raise ConfigurationError(f"{name} must be > 0, got {value}")
 
 
-# -- numeric options: the ONE table of bounds, used by the CLI, the resources and profiles --------------------
+# -- numeric options: each bound is declared on its field (flywheel/core/options.py) -------------------------
 
 # Rollouts play (training tasks x samples) episodes per iteration, held in memory until written; this
 # budget is what a run on this project's 2-core / 24 GiB machine can afford (about a day of CPU rollouts).
@@ -127,68 +128,18 @@ MAX_EPISODES_PER_ITERATION = 20_000
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
-class Bound:
-    """Allowed values of one numeric option: `lo..hi` (`lo` excluded when `open_lo`), plus `special` values."""
-
-    def __init__(self, lo: float, hi: float, *, integer: bool = True, open_lo: bool = False,
-                 special: dict[int, str] | None = None, why: str = "") -> None:
-        self.lo, self.hi, self.integer, self.open_lo = lo, hi, integer, open_lo
-        self.special = special or {}
-        self.why = why
-
-    def allows(self, value: Any) -> bool:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return False
-        if self.integer and not float(value).is_integer():
-            return False
-        if value in self.special:
-            return True
-        return (self.lo < value if self.open_lo else self.lo <= value) and value <= self.hi
-
-    def describe(self) -> str:
-        kind = "an integer" if self.integer else "a number"
-        lo = f"> {self.lo:g} and <= {self.hi:g}" if self.open_lo else f"in {self.lo:g}..{self.hi:g}"
-        extra = "".join(f" or {v} ({meaning})" for v, meaning in self.special.items())
-        return f"{kind} {lo}{extra}"
-
-
-# Option name (as in PolicyResource / EnvResource / the demo CLI, which maps its flags onto these) -> bound.
-BOUNDS: dict[str, Bound] = {
-    "train_limit": Bound(1, 100_000, why="the number of training tasks"),
-    "eval_limit": Bound(1, 10_000, why="the number of evaluation tasks per split"),
-    "max_steps": Bound(1, 1_000, why="the step cap of an episode"),
-    "samples_per_task": Bound(1, 256, why="rollouts per training task"),
-    "epochs": Bound(0, 1_000, integer=False, open_lo=True),
-    "learning_rate": Bound(0, 1, integer=False, open_lo=True),
-    "max_train_steps": Bound(1, 1_000_000, special={-1: "use epochs"}),
-    "batch_size": Bound(1, 1_024),
-    "micro_batch_size": Bound(1, 1_024, why="examples per forward pass; a divisor of batch_size"),
-    "max_length": Bound(16, 131_072, why="tokens per SFT example"),
-    "lora_r": Bound(1, 1_024),
-    "max_new_tokens": Bound(1, 8_192, why="tokens generated per step"),
-    "parallel_envs": Bound(1, 256, why="envs played side by side"),
-    "max_batch_size": Bound(1, 1_024),
-    "temperature": Bound(0, 5, integer=False),
-    "eval_temperature": Bound(0, 5, integer=False),
-    "torch_threads": Bound(0, 1_024, why="0 = torch default"),
-    "history_window": Bound(0, 10_000),
-    "max_observation_chars": Bound(1, 10_000_000),
-    "concurrency": Bound(1, 1_024),
-    "iterations": Bound(0, 1_000),
-    "seed": Bound(0, 2**32 - 1),
-}
-
-
-def check_options(values: dict[str, Any], *, names: dict[str, str] | None = None, where: str = "") -> None:
-    """Every known numeric option in `values` within its bound (None = unset, allowed), the dtype known,
-    and the rollout budget affordable. `names` maps option names to how the user wrote them (CLI flags)."""
+def check_options(values: dict[str, Any], *, bounds: dict[str, Bound], names: dict[str, str] | None = None,
+                  where: str = "") -> None:
+    """Every option in `values` that `bounds` bounds within its bound (None = unset, allowed; the bounds of a
+    resource's fields: `flywheel.resources.fields.bounds_of`), the dtype known, and the rollout budget
+    affordable. `names` maps option names to how the user wrote them (CLI flags)."""
     names = names or {}
 
     def shown(key: str) -> str:
         return names.get(key, f"{where}{key}")
 
     for key, value in values.items():
-        bound = BOUNDS.get(key)
+        bound = bounds.get(key)
         if bound is None or value is None:
             continue
         if not bound.allows(value):

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from flywheel.core.options import option
+
 Action = Literal["continue", "stop"]
 
 
@@ -28,9 +30,10 @@ class StopRules:
     """When the loop stops: at K, or when the gated set or seen success stop growing (not the LLM policy)."""
 
     max_iteration: int  # K: iterations 0..K
-    patience: int = 2
-    min_new_successes: int = 1
-    min_improvement: float = 0.0
+    patience: int = option(2, help="iterations in a row without progress before the loop stops")
+    min_new_successes: int = option(1, help="an iteration that gates fewer new successes made no progress")
+    min_improvement: float = option(0.0, help="seen-split success must improve by more than this to count as "
+                                              "progress")
 
     def __post_init__(self) -> None:
         if self.max_iteration < 0:

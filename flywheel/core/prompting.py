@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from flywheel.core.options import Bound, option
+
 RESPONSE_FORMAT = (
     "At every step, answer in exactly this format:\n"
     "Thought: <your careful analysis of the situation and what to do next>\n"
@@ -55,9 +57,13 @@ class PromptShape:
     fields flat (`policy.history_window`, ...) and builds one `PromptShape` for training and rollouts.
     """
 
-    history_mode: str = "fused"
-    history_window: int | None = None
-    max_observation_chars: int | None = None
+    history_mode: str = option("fused", help='"fused": BPO\'s plan + action history; "react": the full '
+                                             'transcript (the ReAct baselines)')
+    history_window: int | None = option(None, help="past steps a prompt keeps (null: all)",
+                                        bound=Bound(0, 10_000))
+    max_observation_chars: int | None = option(None, help="past observations cut to this many characters (the "
+                                                          "latest one stays whole; null: never cut)",
+                                               bound=Bound(1, 10_000_000))
 
     def __post_init__(self) -> None:
         check_history_mode(self.history_mode)

@@ -42,9 +42,11 @@ from flywheel.definitions import build_defs
 from flywheel.drivers.pipeline import GateBlocked, run_stage
 from flywheel.policy.models import build_tiny_model, require_model
 from flywheel.policy.sft import trim_heap
-from flywheel.profile import Profile, model_folder
+from flywheel.policy.vllm_server import ServerPool
+from flywheel.profile import Profile, model_folder, policy_classes
 from flywheel.reports.render import write_report
-from flywheel.resources.policy import stop_warm_servers
+from flywheel.resources.envs import EnvResource
+from flywheel.resources.fields import not_in_sft0
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +107,7 @@ def release_memory() -> dict[str, float]:
 def run_arm(
     preset: Preset, arm: str, arm_dir: Path, *, instance: dg.DagsterInstance, model_path: str,
     on_stage: Callable[[str], None] | None = None, results: Path | None = None, accept_k0_drift: bool = False,
+    server_pool: ServerPool | None = None,
 ) -> str | None:
     """Run the missing stages of one arm; returns why it stopped early (a failed gate), else None.
 
@@ -113,7 +116,7 @@ def run_arm(
     with the k=0 trained here, recorded as drift, and evaluate it)."""
 
     arm_dir.mkdir(parents=True, exist_ok=True)
-    resources = build_resources(preset, arm, arm_dir, model_path=model_path)
+    resources = build_resources(preset, arm, arm_dir, model_path=model_path, server_pool=server_pool)
     config = arm_config(preset, arm, model_path)
     saved = arm_dir / "config.json"
     if saved.exists() and (old := json.loads(saved.read_text())) != config:
@@ -128,7 +131,7 @@ def run_arm(
 
     def jobs_for(policy_fields: dict[str, Any]) -> dict[str, dg.JobDefinition]:
         res = resources if not policy_fields else build_resources(preset, arm, arm_dir, model_path=model_path,
-                                                                  policy_fields=policy_fields)
+                                                                  policy_fields=policy_fields, server_pool=server_pool)
         defs = build_defs(res, profile=Profile(benchmarks=(preset.benchmark,), max_iteration=preset.max_iteration))
         return {name: defs.resolve_job_def(f"{name}_job") for name in ("bootstrap", "iteration", "baselines")}
 
@@ -250,12 +253,9 @@ def controlled_steps(preset: Preset, arm: str, target: str, k: int, runs: Path, 
 
 
 # Fields that cannot change the k=0 SFT (which rollouts and evaluations play, how they sample, and how k > 0
-# trains): an arm may differ from its start_from arm in these and still share its k=0 checkpoint.
-NOT_IN_SFT0 = {
-    "envs": ("train_limit", "eval_limit", "eval_splits", "max_steps"),
-    "policy": ("samples_per_task", "temperature", "eval_temperature", "max_new_tokens", "parallel_envs",
-               "keep_server", "refine_from", "replay", "rollout_seed"),
-}
+# trains), as their declarations say (`sft0=False`): an arm may differ from its start_from arm in these and
+# still share its k=0 checkpoint.
+NOT_IN_SFT0 = {"envs": not_in_sft0(EnvResource), "policy": not_in_sft0(*policy_classes().values())}
 
 
 def import_start_checkpoint(preset: Preset, arm: str, source: str, arm_dir: Path, store: Store) -> str:
@@ -307,13 +307,14 @@ def run_experiment(
     runs.mkdir(parents=True, exist_ok=True)
     model_path = resolve_model(preset.model, runs)
     for arm in arm_order(preset, arms):
+        # The arm owns the servers `policy.keep_server` keeps warm across its stages: each arm has its own (its
+        # own log folder), so one left running would hold its memory through every later arm.
+        pool = ServerPool()
         try:
             run_arm(preset, arm, runs / arm, instance=instance, model_path=model_path, results=results,
-                    accept_k0_drift=accept_k0_drift)
+                    accept_k0_drift=accept_k0_drift, server_pool=pool)
         finally:
-            # The arm owns the servers `policy.keep_server` kept warm across its stages: each arm has its own
-            # (its own log folder), so one left running would hold its memory through every later arm.
-            stop_warm_servers()
+            pool.stop_all()
         write_report(preset, runs=runs, results=results)
         if on_arm_done:
             on_arm_done(arm, arm_file(results, arm))

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from flywheel.core.options import option
 from flywheel.core.prompting import Message, history_from_steps, react_messages
 from flywheel.core.trajectory import Trajectory
 from flywheel.policy.models import cpu_has_bf16, load_tokenizer, require_model
@@ -34,15 +35,18 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class DPOSettings:
-    beta: float = 0.1
-    learning_rate: float = 5e-6
-    epochs: float = 1.0
-    batch_size: int = 2
-    max_length: int = 3072
-    max_steps: int = -1
-    max_observation_chars: int | None = None
-    seed: int = 0
-    bf16: bool | None = None
+    """One DPO job's knobs; the method resource exposes each as `dpo_<name>` (max_length, max_observation_chars
+    and seed come from the policy's)."""
+
+    beta: float = option(0.1, help="DPO's beta: how far the policy may move from the reference")
+    learning_rate: float = option(5e-6, help="DPO learning rate")
+    epochs: float = option(1.0, help="passes over the preference pairs (when max_steps is -1)")
+    batch_size: int = option(2, help="preference pairs per DPO optimizer step")
+    max_length: int = option(3072, help="pairs whose transcript is longer than this many tokens are dropped")
+    max_steps: int = option(-1, help="DPO optimizer steps (-1: use epochs)")
+    max_observation_chars: int | None = option(None, help="past observations cut to this many characters")
+    seed: int = option(0, help="the DPO's seed")
+    bf16: bool | None = option(None, help="bf16 autocast; null: where the hardware has it natively")
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from flywheel.core.options import option
 from flywheel.core.trajectory import Trajectory
 from flywheel.policy.dpo import agent_tokens, transcript
 from flywheel.policy.models import load_model, load_tokenizer, require_model
@@ -49,14 +50,18 @@ class NoLearningSignal(ValueError):
 
 @dataclass(frozen=True)
 class GRPOSettings:
-    learning_rate: float = 1e-5
-    epochs: int = 1  # passes over the rollouts (TRL's num_iterations); > 1 makes the clip matter
-    clip: float = 0.2  # epsilon of the clipped ratio
-    batch_size: int = 4  # transcripts per optimiser step
-    max_length: int = 3072  # transcripts longer than this are dropped, never truncated
-    max_observation_chars: int | None = None
-    seed: int = 0
-    scale_rewards: bool = True  # divide by the group's std (GRPO); False: only centre (Dr. GRPO)
+    """One GRPO update's knobs; the method resource exposes each as `grpo_<name>` (max_length,
+    max_observation_chars and seed come from the policy's)."""
+
+    learning_rate: float = option(1e-5, help="GRPO learning rate")
+    epochs: int = option(1, help="passes over the rollouts (TRL's num_iterations); > 1 makes the clip matter")
+    clip: float = option(0.2, help="epsilon of the clipped probability ratio")
+    batch_size: int = option(4, help="transcripts per GRPO optimizer step")
+    max_length: int = option(3072, help="transcripts longer than this many tokens are dropped, never truncated")
+    max_observation_chars: int | None = option(None, help="past observations cut to this many characters")
+    seed: int = option(0, help="the GRPO update's seed")
+    scale_rewards: bool = option(True, help="divide advantages by the group's reward std (GRPO); false: only "
+                                            "centre them (Dr. GRPO)")
 
 
 @dataclass(frozen=True)

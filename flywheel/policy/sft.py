@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
+from flywheel.core.options import Bound, option
 from flywheel.core.progress import progress_bar
 from flywheel.core.prompting import PromptShape, history_from_steps
 from flywheel.core.trajectory import Trajectory
@@ -28,43 +29,53 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TrainConfig:
-    epochs: float = 2.0
-    learning_rate: float = 5e-5
-    # Examples per optimizer step (what `max_steps`, passes and the curriculum count in).
-    batch_size: int = 8
-    # Examples per forward/backward pass: a step of `batch_size` runs as batch_size / micro_batch_size
-    # accumulated micro-batches, the loss still the mean over every completion token of the step. Peak memory
-    # is the activations of one micro-batch: SmolLM2-135M, steps of 8 at <= 1,024 tokens, float32, on the
-    # 2-core machine: benchmarks/sft_memory.py. None: the whole step in one pass (micro-batch = batch_size).
-    micro_batch_size: int | None = 1
-    grad_accum: int = 1
-    max_length: int = 3072
-    max_steps: int = -1
-    lora: bool = False
-    lora_r: int = 16
-    lora_alpha: int = 32
-    seed: int = 0
-    # "shuffle": the usual random order; "given": keep the dataset's order (curriculum).
-    order: Literal["shuffle", "given"] = "shuffle"
-    # With order "shuffle": batches of similar length (transformers' LengthGroupedSampler: random
-    # mega-batches, sorted inside), so fewer pad tokens are computed. On cpu-scienceworld-quick's 159
-    # k=0 examples (462-946 tokens), random batches of 8 are 81% real tokens, length-grouped 98%.
-    # Off by default: it changes which examples share a batch (and so the fingerprint).
-    group_by_length: bool = False
-    # How each example's prompt is built (flywheel.core.prompting): the rollouts use the same shape.
-    prompt: PromptShape = PromptShape()
-    # The step budget is sized to whole passes over the set: a `max_steps` cap becomes the nearest whole
-    # number of passes (at least one), each pass walking the set in order (easy -> hard under the
-    # curriculum), so every example is trained. A cap below one pass used to stop the walk early and never
-    # train the hardest end (cpu-scienceworld's 16 steps of 8: 29 of 157 k=0 examples, 109 of 237 at
-    # replay-all k=1). False keeps the exact cap: the equal-compute control matches another arm's steps.
-    whole_passes: bool = True
-    # bf16 autocast: None = on for CUDA and for CPUs with native bf16 (AMX / AVX512-BF16), where it
-    # measured ~1.7x faster than fp32 for SmolLM2 SFT on this project's 2-core machine.
-    bf16: bool | None = None
-    # Activation recomputation trades ~1/3 more compute for memory: needed for 8B models on a
-    # GPU, pure cost for a 135M model on a CPU (TRL turns it on by default, so it is set here).
-    gradient_checkpointing: bool = False
+    """One SFT job's knobs (the policy resource exposes each under the same name, `max_steps` as
+    `max_train_steps`)."""
+
+    epochs: float = option(2.0, help="SFT epochs, when max_train_steps is -1",
+                           bound=Bound(0, 1_000, integer=False, open_lo=True))
+    learning_rate: float = option(5e-5, help="SFT learning rate", bound=Bound(0, 1, integer=False, open_lo=True))
+    batch_size: int = option(8, help="examples per SFT optimizer step (what steps, passes and the curriculum "
+                                     "count in)", bound=Bound(1, 1_024))
+    # Peak memory is the activations of one micro-batch (SmolLM2-135M, steps of 8 at <= 1,024 tokens, float32,
+    # on the 2-core machine: benchmarks/sft_memory.py); the loss is still the mean over every completion token
+    # of the step.
+    micro_batch_size: int | None = option(
+        1, help="examples per forward/backward pass: a step runs batch_size / micro_batch_size accumulated "
+                "micro-batches (memory); null: the whole step in one pass",
+        bound=Bound(1, 1_024, why="examples per forward pass; a divisor of batch_size"))
+    grad_accum: int = option(1, help="optimizer steps accumulate this many batches")
+    max_length: int = option(3072, help="SFT examples longer than this many tokens are dropped, never truncated",
+                             bound=Bound(16, 131_072, why="tokens per SFT example"))
+    max_steps: int = option(-1, help="SFT optimizer steps per checkpoint (-1: use epochs)",
+                            bound=Bound(1, 1_000_000, special=((-1, "use epochs"),)))
+    lora: bool = option(False, help="train a LoRA adapter instead of every weight")
+    lora_r: int = option(16, help="LoRA rank (alpha is twice the rank)", bound=Bound(1, 1_024))
+    lora_alpha: int = option(32, help="LoRA alpha")
+    seed: int = option(0, help="the SFT's seed (data order, initialisation of new weights)",
+                       bound=Bound(0, 2**32 - 1))
+    order: Literal["shuffle", "given"] = option(
+        "shuffle", help='"shuffle": the usual random order; "given": keep the dataset\'s order (the curriculum\'s '
+                        'easy -> hard)')
+    # On cpu-scienceworld-quick's 159 k=0 examples (462-946 tokens), random batches of 8 are 81% real tokens,
+    # length-grouped 98%. Off by default: it changes which examples share a batch (and so the fingerprint).
+    group_by_length: bool = option(
+        False, help="with order shuffle: batches of similar length (transformers' LengthGroupedSampler), "
+                    "fewer pad tokens")
+    prompt: PromptShape = option(PromptShape(),
+                                 help="how each example's prompt is built (flywheel.core.prompting)")
+    # A cap below one pass used to stop the walk early and never train the hardest end (cpu-scienceworld's 16
+    # steps of 8: 29 of 157 k=0 examples, 109 of 237 at replay-all k=1).
+    whole_passes: bool = option(
+        True, help="round max_train_steps to the nearest whole number of passes (at least one), so every example "
+                   "is trained; false keeps the exact cap (the equal-compute control matches another arm's steps)")
+    # Measured ~1.7x faster than fp32 for SmolLM2 SFT where the CPU has native bf16.
+    bf16: bool | None = option(None, help="bf16 autocast; null: on for CUDA and for CPUs with native bf16 "
+                                          "(AMX / AVX512-BF16)")
+    # TRL turns it on by default, so it is set here.
+    gradient_checkpointing: bool = option(
+        False, help="activation recomputation: ~1/3 more compute for less memory (8B models on a GPU; pure cost "
+                    "for a 135M model on a CPU)")
 
 
 def micro_batching(cfg: TrainConfig) -> tuple[int, int]:

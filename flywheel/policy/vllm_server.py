@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Literal
 
 from envs.owned import clean_signals
+from flywheel.core.options import Bound, option
 from flywheel.core.settings import REPO_ROOT
 from flywheel.policy import models
 from flywheel.policy.inference import (
@@ -76,26 +77,30 @@ class VLLMServerError(RuntimeError):
 
 @dataclass(frozen=True)
 class VLLMServerConfig:
-    python: str = DEFAULT_PYTHON  # the interpreter of vLLM's own virtualenv
-    command: tuple[str, ...] = ()  # replaces `python -m vllm.entrypoints.openai.api_server` (tests: a stub)
-    dtype: str = "auto"  # auto: float32 on a CPU without native bf16, else vLLM's own choice
-    max_model_len: int = 4096
-    kv_cache_gb: float = 2.0  # VLLM_CPU_KVCACHE_SPACE (CPU build only)
-    prefix_caching: bool = True
-    extra_args: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
-    log_dir: str = str(REPO_ROOT / "runs" / "vllm")
-    cache_dir: str = DEFAULT_CACHE  # VLLM_CACHE_ROOT: the torch.compile cache survives restarts
-    swap: Literal["auto", "restart"] = "auto"  # auto: weight reload when the architecture matches
-    start_timeout_s: float = 900.0
-    stop_timeout_s: float = 30.0
-    request_timeout_s: float = 600.0
-    concurrency: int = 32
-    max_restarts: int = 2  # per generate call: restarts of a dead server before rows error out
-    # Per-request sampling seeds (reproducible samples). None = on with a GPU, off on a CPU: vllm-cpu 0.32's
-    # worker dies on the first seeded request with temperature > 0 ("CPU Generator does not use offset"),
-    # which turned every training rollout of a CPU experiment into an errored episode.
-    seeded_requests: bool | None = None
+    python: str = option(DEFAULT_PYTHON, help="the interpreter of vLLM's own virtualenv (make vllm)")
+    command: tuple[str, ...] = option((), help="replaces `python -m vllm.entrypoints.openai.api_server` "
+                                               "(tests: a stub)")
+    dtype: str = option("auto", help="the server's --dtype; auto: float32 on a CPU without native bf16, else "
+                                     "vLLM's own choice")
+    max_model_len: int = option(4096, help="the server's --max-model-len (prompt + answer tokens)")
+    kv_cache_gb: float = option(2.0, help="KV cache of the CPU build, GiB (VLLM_CPU_KVCACHE_SPACE)")
+    prefix_caching: bool = option(True, help="--enable-prefix-caching: a step's prompt shares the episode's prefix")
+    extra_args: tuple[str, ...] = option((), help='extra `api_server` flags, e.g. ["--enforce-eager"]')
+    env: tuple[tuple[str, str], ...] = option((), help="extra environment variables of the server process")
+    log_dir: str = option(str(REPO_ROOT / "runs" / "vllm"), help="where vllm-server.log is written")
+    cache_dir: str = option(DEFAULT_CACHE, help="VLLM_CACHE_ROOT: the torch.compile cache survives restarts")
+    swap: Literal["auto", "restart"] = option(
+        "auto", help='a new checkpoint: "auto" reloads the weights in place when the architecture matches, '
+                     '"restart" always restarts the server')
+    start_timeout_s: float = option(900.0, help="seconds a server may take to start")
+    stop_timeout_s: float = option(30.0, help="seconds a server may take to stop before it is killed")
+    request_timeout_s: float = option(600.0, help="seconds one generation request may take")
+    concurrency: int = option(32, help="requests in flight at once", sft0=False, bound=Bound(1, 1_024))
+    max_restarts: int = option(2, help="per generate call: restarts of a dead server before rows error out")
+    # vllm-cpu 0.32's worker dies on the first seeded request with temperature > 0 ("CPU Generator does not use
+    # offset"), which turned every training rollout of a CPU experiment into an errored episode.
+    seeded_requests: bool | None = option(None, help="per-request sampling seeds (reproducible samples); null: on "
+                                                     "with a GPU, off on a CPU (vllm-cpu crashes on them)")
 
     def sends_seeds(self) -> bool:
         return self.seeded_requests if self.seeded_requests is not None else bool(shutil.which("nvidia-smi"))

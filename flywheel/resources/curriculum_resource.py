@@ -8,21 +8,26 @@ from envs.base import BenchmarkSpec
 from flywheel.curriculum.buckets import Buckets, eval_buckets
 from flywheel.curriculum.complexity import ComplexityScorer
 from flywheel.curriculum.order import MODES
+from flywheel.resources.fields import setting
 
 
 class CurriculumResource(dg.ConfigurableResource):
     """Stage-2 settings. `synthesize` and `order` are the ablation switches (Table 2: stage 1 = both off)."""
 
-    synthesize: bool = True  # propose, solve and keep synthetic tasks
-    order: str = "curriculum"  # "curriculum" (sorted by score) | "staged" (bucket by bucket) | "shuffle" (off)
-    proposals_per_seed: float = 0.5  # proposals per seed trajectory ...
-    max_proposals: int = 64  # ... at most this many per benchmark partition
-    candidate_limit: int = 64  # concrete candidates the env offers the teacher
-    scorer_weights: dict[str, float] = {"length": 1.0}  # complexity score = sum(weight * signal)
-    other_signal: str = "locations"  # second signal recorded beside length: locations | subgoals
-    train_bucket_edges: dict[str, list[float]] = {}  # per benchmark, score units; default: terciles
-    eval_bucket_edges: dict[str, list[float]] = {}  # per benchmark, gold-length units; default: the spec's
-    seed: int = 0
+    synthesize: bool = setting(True, help="stage 2: the teacher proposes, solves and keeps synthetic tasks")
+    order: str = setting("curriculum", help='the SFT order: "curriculum" (sorted by complexity score), "staged" '
+                         '(bucket by bucket) or "shuffle" (no curriculum)')
+    proposals_per_seed: float = setting(0.5, help="synthetic task proposals per seed trajectory")
+    max_proposals: int = setting(64, help="synthetic task proposals per benchmark partition at most")
+    candidate_limit: int = setting(64, help="concrete candidate tasks the env offers the teacher")
+    scorer_weights: dict[str, float] = setting(default_factory=lambda: {"length": 1.0},
+                                               help="complexity score = sum of weight x signal, by signal")
+    other_signal: str = setting("locations", help="the second signal recorded beside length: locations or subgoals")
+    train_bucket_edges: dict[str, list[float]] = setting(default_factory=dict, help="training buckets' edges per "
+                                                         "benchmark, in score units (default: terciles)")
+    eval_bucket_edges: dict[str, list[float]] = setting(default_factory=dict, help="evaluation buckets' edges per "
+                                                        "benchmark, in gold-path steps (default: the spec's)")
+    seed: int = setting(0, help="the proposals' seed")
 
     def mode(self) -> str:
         if self.order not in MODES:

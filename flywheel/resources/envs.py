@@ -13,8 +13,10 @@ from flywheel.config.validation import (
     check_data,
     check_options,
 )
+from flywheel.core.options import Bound
 from flywheel.orchestration.failures import setup_fails_once
 from flywheel.orchestration.partitions import benchmark_of
+from flywheel.resources.fields import bounds_of, setting
 from flywheel.rollout.ray_pool import EnvFactory
 
 
@@ -26,18 +28,23 @@ class EnvResource(dg.ConfigurableResource):
     the profile names by reference beside `envs.REGISTRY`'s (the profile fills it).
     """
 
-    benchmark_refs: dict[str, str] = {}
-
-    task_types: dict[str, list[str]] = {}
-    train_limit: int | None = None
-    # Expert seeds come from the first `seed_limit` training tasks (None = all `train_limit`);
-    # rollouts play all `train_limit` tasks, so gated successes can cover tasks no seed covers.
-    seed_limit: int | None = None
-    eval_limit: int | None = None
-    max_steps: int | None = None
-    env_options: dict[str, dict[str, Any]] = {}
-    # Fields of a benchmark's spec, by benchmark name, e.g. {"<benchmark>": {"prompt": "compact"}}.
-    spec_options: dict[str, dict[str, Any]] = {}
+    benchmark_refs: dict[str, str] = setting(default_factory=dict, help='benchmarks named by reference, name -> '
+                                             '"package.module:SPEC" (the profile fills it)')
+    task_types: dict[str, list[str]] = setting(default_factory=dict, help="the task types each benchmark plays, "
+                                               "by benchmark (empty: all)")
+    # Rollouts play all `train_limit` tasks, so gated successes can cover tasks no seed covers.
+    train_limit: int | None = setting(None, sft0=False, help="training tasks (rollouts; null: all)",
+                                      bound=Bound(1, 100_000, why="the number of training tasks"))
+    seed_limit: int | None = setting(None, help="expert seeds come from the first seed_limit training tasks "
+                                     "(null: all train_limit)", bound=Bound(1, 100_000))
+    eval_limit: int | None = setting(None, sft0=False, help="evaluation tasks per split (null: all)",
+                                     bound=Bound(1, 10_000, why="the number of evaluation tasks per split"))
+    max_steps: int | None = setting(None, sft0=False, help="env steps per episode at most, on top of each task's "
+                                    "own limit", bound=Bound(1, 1_000, why="the step cap of an episode"))
+    env_options: dict[str, dict[str, Any]] = setting(default_factory=dict, help="options of each benchmark's env "
+                                                     "constructor, by benchmark")
+    spec_options: dict[str, dict[str, Any]] = setting(default_factory=dict, help='fields of a benchmark\'s spec, '
+                                                      'by benchmark, e.g. {"scienceworld": {"prompt": "compact"}}')
 
     _specs: dict[str, BenchmarkSpec] = PrivateAttr(default_factory=dict)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
@@ -45,7 +52,7 @@ class EnvResource(dg.ConfigurableResource):
     @setup_fails_once  # invalid configuration: the run fails once (flywheel.orchestration.failures)
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """Fail the run at its first step, naming the fix, on unknown benchmarks or missing data."""
-        check_options({"train_limit": self.train_limit, "eval_limit": self.eval_limit, "max_steps": self.max_steps},
+        check_options({k: getattr(self, k) for k in type(self).model_fields}, bounds=bounds_of(type(self)),
                       where="envs.")
         check_benchmark_refs(self.benchmark_refs, where="envs.benchmark_refs")
         refs = self.benchmark_refs

@@ -4,8 +4,10 @@ import dagster as dg
 
 from flywheel.config.validation import ConfigurationError, check_budget
 from flywheel.core.decisions import StopRules
+from flywheel.core.options import Bound
 from flywheel.core.settings import DEFAULT_MAX_ITERATION
 from flywheel.orchestration.failures import setup_fails_once
+from flywheel.resources.fields import same_as, setting
 
 
 class LoopResource(dg.ConfigurableResource):
@@ -17,30 +19,31 @@ class LoopResource(dg.ConfigurableResource):
     `patience` iterations in a row.
     """
 
-    max_iterations: int = DEFAULT_MAX_ITERATION
-    patience: int = 2
-    min_new_successes: int = 1
-    min_improvement: float = 0.0
-    benchmarks: list[str] = []  # which benchmarks the sensor/schedule drive; empty = every bootstrapped one
-    # Hard tasks: adaptive per-task attempts within samples_per_task * n_tasks.
-    adaptive_sampling: bool = True
-    min_samples_per_task: int = 1
-    max_samples_per_task: int | None = None
-    history_decay: float = 1.0  # weight of older iterations' task stats (1 = plain sums)
-    # Dataset: at most this many gated successes per task over all iterations (None = no cap).
-    max_gated_per_task: int | None = None
-    # The gate drops a success whose action sequence repeats a seed's for the same task (it adds
-    # no new behaviour); False keeps such repeats (one per task and sequence), as plain RFT would.
-    gate_drops_seed_repeats: bool = True
-    # The gate strips the steps the env rejected (invalid actions) from each success before it compares
-    # action sequences and before SFT reads it (flywheel.core.gate.without_invalid_steps); off: as played.
-    # On by default: cpu-webshop's gate admitted 17 of 49 steps at k=0 that the env had rejected
-    # (`click[B0`, empty answers) and SFT k+1 imitated them. An invalid action changes no state, so the
-    # cleaned success replays the same observations. cpu-scienceworld's arm `keep-invalid` measures it.
-    gate_drops_invalid_steps: bool = True
-    # An empty reward gate (its blocking check failed) stops the flywheel for that benchmark.
-    # True trains k+1 anyway (on the same data): for experiments that want all K iterations.
-    continue_on_empty_gate: bool = False
+    max_iterations: int = setting(DEFAULT_MAX_ITERATION, help="K: the loop runs iterations 0..K per benchmark",
+                                  bound=Bound(0, 1_000))
+    patience: int = same_as(StopRules, "patience")
+    min_new_successes: int = same_as(StopRules, "min_new_successes")
+    min_improvement: float = same_as(StopRules, "min_improvement")
+    benchmarks: list[str] = setting(default_factory=list, help="the benchmarks the sensor and schedule drive "
+                                    "(empty: every bootstrapped one)")
+    adaptive_sampling: bool = setting(True, help="hard tasks get more of the samples_per_task x tasks attempts")
+    min_samples_per_task: int = setting(1, help="adaptive sampling: attempts per task at least")
+    max_samples_per_task: int | None = setting(None, help="adaptive sampling: attempts per task at most")
+    history_decay: float = setting(1.0, help="weight of older iterations' task stats (1: plain sums)")
+    max_gated_per_task: int | None = setting(None, help="gated successes per task over all iterations at most "
+                                             "(null: no cap)")
+    gate_drops_seed_repeats: bool = setting(True, help="the gate drops a success whose action sequence repeats a "
+                                            "seed's for the same task (it adds no new behaviour); false keeps "
+                                            "them, as plain RFT would")
+    # On by default: cpu-webshop's gate admitted 17 of 49 steps at k=0 that the env had rejected (`click[B0`,
+    # empty answers) and SFT k+1 imitated them. An invalid action changes no state, so the cleaned success
+    # replays the same observations. cpu-scienceworld's arm `keep-invalid` measures it.
+    gate_drops_invalid_steps: bool = setting(True, help="the gate strips the steps the env rejected from each "
+                                             "success before SFT reads it (flywheel.core.gate."
+                                             "without_invalid_steps); false: as played")
+    continue_on_empty_gate: bool = setting(False, help="an empty reward gate stops the flywheel for that "
+                                           "benchmark; true trains k+1 anyway on the same data (experiments "
+                                           "that want all K iterations)")
 
     def validate(self, max_partition: int | None = None, partitions: Iterable[str] | None = None) -> None:
         """`max_partition` / `partitions` (the highest iteration, the benchmark partitions) check K and

@@ -3,42 +3,59 @@
 import dagster as dg
 
 from flywheel.config.methods import METHODS
+from flywheel.policy.dpo import DPOSettings
+from flywheel.policy.grpo import GRPOSettings
+from flywheel.resources.fields import same_as, setting
+
+# Fields DPO and GRPO take from the policy's, so that they build prompts and drop examples as its SFT did.
+FROM_POLICY = ("max_length", "max_observation_chars", "seed")
 
 
 class MethodResource(dg.ConfigurableResource):
-    """The method this run belongs to (flywheel/config/methods.py) and the DPO/GRPO knobs."""
+    """The method this run belongs to and its DPO/GRPO knobs: `dpo_<name>` is `DPOSettings.<name>`,
+    `grpo_<name>` is `GRPOSettings.<name>` (`dpo_settings()` / `grpo_settings()` build them)."""
 
-    name: str = "bpo"
-    # Experiments: False skips evaluation:0 of methods that continue from a k=0 SFT another arm also trains
-    # and evaluates (flywheel.config.methods.method_stages).
-    evaluate_start: bool = True
-    # Experiments: take the k=0 SFT of this earlier arm (same envs/policy/curriculum/teacher) instead of training
-    # the same SFT again (flywheel.drivers.experiment.import_start_checkpoint).
-    start_from: str = ""
-    # Method sft-control: the arm whose SFT steps at each k > 0 this control trains, on seeds and curriculum
-    # only (flywheel.reports.results reads them from that arm's store or committed results).
-    controls: str = ""
+    name: str = setting("bpo", help=f"the training method: {', '.join(METHODS)} (flywheel/config/methods.py)")
+    evaluate_start: bool = setting(True, help="experiments: false skips evaluation:0 of a method that continues "
+                                   "from a k=0 SFT another arm also trains and evaluates")
+    start_from: str = setting("", help="experiments: take this earlier arm's k=0 SFT (the same envs, policy, "
+                              "curriculum and teacher) instead of training the same SFT again")
+    controls: str = setting("", help="method sft-control: the arm whose SFT steps at each k > 0 this control "
+                            "trains, on seeds and curriculum only")
     # DPO (eto-dpo)
-    dpo_beta: float = 0.1
-    dpo_learning_rate: float = 5e-6
-    dpo_epochs: float = 1.0
-    dpo_batch_size: int = 2
-    dpo_max_steps: int = -1
-    dpo_max_pairs_per_task: int = 2
+    dpo_beta: float = same_as(DPOSettings, "beta")
+    dpo_learning_rate: float = same_as(DPOSettings, "learning_rate")
+    dpo_epochs: float = same_as(DPOSettings, "epochs")
+    dpo_batch_size: int = same_as(DPOSettings, "batch_size")
+    dpo_max_steps: int = same_as(DPOSettings, "max_steps")
+    dpo_max_pairs_per_task: int = setting(2, help="preference pairs per task at most (expert vs failed rollout)")
     # GRPO
-    grpo_group_size: int = 4  # G episodes per task
-    grpo_tasks: int = 0  # training tasks per update (0 = all of envs.tasks(b, "train"))
-    grpo_temperature: float = 1.0
-    grpo_learning_rate: float = 1e-5
-    grpo_epochs: int = 1
-    grpo_clip: float = 0.2
-    grpo_batch_size: int = 4
-    grpo_scale_rewards: bool = True
+    grpo_group_size: int = setting(4, help="G: episodes per task in one GRPO group")
+    grpo_tasks: int = setting(0, help="training tasks per GRPO update (0: every training task)")
+    grpo_temperature: float = setting(1.0, help="sampling temperature of GRPO's episodes")
+    grpo_learning_rate: float = same_as(GRPOSettings, "learning_rate")
+    grpo_epochs: int = same_as(GRPOSettings, "epochs")
+    grpo_clip: float = same_as(GRPOSettings, "clip")
+    grpo_batch_size: int = same_as(GRPOSettings, "batch_size")
+    grpo_scale_rewards: bool = same_as(GRPOSettings, "scale_rewards")
 
     def check(self) -> str:
         if self.name not in METHODS:
             raise dg.Failure(f"method.name must be one of {', '.join(METHODS)}, got {self.name!r}")
         return self.name
+
+    def dpo_settings(self, policy) -> DPOSettings:
+        """This run's DPOSettings: every `dpo_<name>` field, and FROM_POLICY from the policy resource."""
+        return DPOSettings(**self._prefixed("dpo_", DPOSettings), **{f: getattr(policy, f) for f in FROM_POLICY})
+
+    def grpo_settings(self, policy) -> GRPOSettings:
+        """This run's GRPOSettings: every `grpo_<name>` field, and FROM_POLICY from the policy resource."""
+        return GRPOSettings(**self._prefixed("grpo_", GRPOSettings), **{f: getattr(policy, f) for f in FROM_POLICY})
+
+    def _prefixed(self, prefix: str, config: type) -> dict:
+        fields = config.__dataclass_fields__
+        return {name[len(prefix):]: getattr(self, name) for name in type(self).model_fields
+                if name.startswith(prefix) and name[len(prefix):] in fields}
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self.check()

