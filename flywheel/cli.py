@@ -487,6 +487,20 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+class DemoParser(Parser):
+    """The demo's parser: each setting flag's help is its resource field's help text, read (importing the
+    resources, so Dagster) only when the help is shown; parsing flags needs neither."""
+
+    def format_help(self) -> str:
+        from flywheel.resources.fields import help_of
+
+        for action in self._actions:
+            if getattr(action, "field_ref", None) and "{field_help}" in (action.help or ""):
+                section, field = action.field_ref
+                action.help = action.help.replace("{field_help}", help_of(demo_field_class(section), field))
+        return super().format_help()
+
+
 def _number(option: str, kind: type) -> object:
     """argparse type of a numeric flag: text that does not read as `kind` (1e6 for an integer, abc) gets the
     range of `option` (its field's bound), as an out-of-range number does."""
@@ -533,8 +547,10 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--tiny", action="store_true", help="random tiny Llama + local tokenizer, for tests")
     prep.set_defaults(fn=cmd_prepare_model)
 
+    sub._parser_class = DemoParser  # noqa: SLF001 (argparse's hook for a subparser's class)
     demo = sub.add_parser("demo", help=f"the embedded default: {DEFAULT_BENCHMARK}, scripted teacher, SmolLM2, one gated "
                           "iteration")
+    sub._parser_class = Parser  # noqa: SLF001
     demo.add_argument("--benchmark", default=DEFAULT_BENCHMARK, help=f"one of {', '.join(REGISTRY)}")
     demo.add_argument("--model", default=None, help="base model folder (default: the profile's model, SmolLM2-135M)")
     demo.add_argument("--runs-dir", default=None, help="store and checkpoints (default: the profile's runs_dir/demo)")
@@ -542,16 +558,14 @@ def build_parser() -> argparse.ArgumentParser:
                       help="default: the benchmark's demo task types (`demo_task_types` in its spec), else all tasks")
     demo.add_argument("--iterations", type=_number("max_iterations", int), default=1,
                       help="gated self-refinement iterations after k=0")
-    from flywheel.resources.fields import help_of  # the help text is the field's (its one declaration)
-
     for flag, (section, field, default) in DEMO_FIELDS.items():
-        help_text = help_of(demo_field_class(section), field)
+        help_text = "{field_help}"  # the field's own help text, filled in by DemoParser.format_help
         # default None: a flag not given leaves the value to the profile, then to the demo's default
         kind = ({"action": argparse.BooleanOptionalAction} if isinstance(default, bool)
                 else {"type": _number(field, type(default)) if isinstance(default, int | float) else type(default)})
         demo.add_argument("--" + flag.replace("_", "-"), **kind, default=None,
                           help=f"{help_text} (default: the profile's {'policy' if section == 'inference' else section}."
-                          f"{field}, else {default})")
+                          f"{field}, else {default})").field_ref = (section, field)
     demo.add_argument("--spec-option", action="append", metavar="KEY=VALUE",
                       help="a field of the benchmark's spec (repeatable; default: the spec's `demo_spec_options`)")
     demo.add_argument("--env-option", action="append", metavar="KEY=VALUE",
@@ -633,12 +647,13 @@ def main(argv: list[str] | None = None) -> int:
     from flywheel.config.validation import ConfigurationError
     from flywheel.policy.models import ModelNotFoundError
 
+    # Dagster's BetaWarning / PreviewWarning about APIs the definitions use on purpose (multi-partition
+    # mappings): filtered first, since the parser reads the flags' help from the resources (which import them).
+    warnings.filterwarnings("ignore", message=r".* is currently in (beta|preview)")
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # the instance's schema check: "Context impl SQLiteImpl."
-    # Dagster's BetaWarning / PreviewWarning about APIs the definitions use on purpose (multi-partition mappings)
-    warnings.filterwarnings("ignore", message=r".* is currently in (beta|preview)")
     try:
         profile_of(args)  # a bad profile: one line naming the fix, before any work
         return args.fn(args)
