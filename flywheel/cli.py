@@ -481,21 +481,18 @@ def cmd_prepare_model(args: argparse.Namespace) -> int:
 
 
 class Parser(argparse.ArgumentParser):
-    """Usage errors (a flag that does not parse) in one line, exit 2, as every other bad value."""
+    """Usage errors (a flag that does not parse) in one line, exit 2, as every other bad value. A flag that
+    sets a resource field (`field_ref`: the demo's) shows that field's help text, read (importing the
+    resources, so Dagster) only when the help is printed; parsing flags needs neither."""
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
-
-class DemoParser(Parser):
-    """The demo's parser: each setting flag's help is its resource field's help text, read (importing the
-    resources, so Dagster) only when the help is shown; parsing flags needs neither."""
-
     def format_help(self) -> str:
-        from flywheel.resources.fields import help_of
-
         for action in self._actions:
             if getattr(action, "field_ref", None) and "{field_help}" in (action.help or ""):
+                from flywheel.resources.fields import help_of  # only this parser's help needs the resources
+
                 section, field = action.field_ref
                 action.help = action.help.replace("{field_help}", help_of(demo_field_class(section), field))
         return super().format_help()
@@ -547,10 +544,8 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--tiny", action="store_true", help="random tiny Llama + local tokenizer, for tests")
     prep.set_defaults(fn=cmd_prepare_model)
 
-    sub._parser_class = DemoParser  # noqa: SLF001 (argparse's hook for a subparser's class)
     demo = sub.add_parser("demo", help=f"the embedded default: {DEFAULT_BENCHMARK}, scripted teacher, SmolLM2, one gated "
                           "iteration")
-    sub._parser_class = Parser  # noqa: SLF001
     demo.add_argument("--benchmark", default=DEFAULT_BENCHMARK, help=f"one of {', '.join(REGISTRY)}")
     demo.add_argument("--model", default=None, help="base model folder (default: the profile's model, SmolLM2-135M)")
     demo.add_argument("--runs-dir", default=None, help="store and checkpoints (default: the profile's runs_dir/demo)")
@@ -559,7 +554,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--iterations", type=_number("max_iterations", int), default=1,
                       help="gated self-refinement iterations after k=0")
     for flag, (section, field, default) in DEMO_FIELDS.items():
-        help_text = "{field_help}"  # the field's own help text, filled in by DemoParser.format_help
+        help_text = "{field_help}"  # the field's own help text, filled in by Parser.format_help
         # default None: a flag not given leaves the value to the profile, then to the demo's default
         kind = ({"action": argparse.BooleanOptionalAction} if isinstance(default, bool)
                 else {"type": _number(field, type(default)) if isinstance(default, int | float) else type(default)})

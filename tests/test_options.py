@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from flywheel.config.reference import CLASSES
 from flywheel.core.decisions import StopRules
 from flywheel.core.prompting import PromptShape
 from flywheel.policy.dpo import DPOSettings
@@ -15,15 +16,10 @@ from flywheel.policy.grpo import GRPOSettings
 from flywheel.policy.sft import TrainConfig
 from flywheel.policy.vllm_server import ServerPool, VLLMServerConfig
 from flywheel.resources import (
-    CurriculumResource,
     EnvResource,
     LoopResource,
     ManagedVLLMPolicy,
     MethodResource,
-    OpenAICompatiblePolicy,
-    OpenAITeacherResource,
-    ScriptedTeacherResource,
-    StoreResource,
     TransformersPolicy,
 )
 from flywheel.resources.fields import bounds_of, help_of
@@ -31,8 +27,7 @@ from flywheel.rollout.engine import RolloutConfig
 from flywheel.rollout.ray_pool import RayOptions
 
 ROOT = Path(__file__).resolve().parents[1]
-RESOURCES = (CurriculumResource, EnvResource, LoopResource, ManagedVLLMPolicy, MethodResource, OpenAICompatiblePolicy,
-             OpenAITeacherResource, ScriptedTeacherResource, StoreResource, TransformersPolicy)
+RESOURCES = tuple(cls for cls, _ in CLASSES.values())  # every configurable class, as docs/configuration.md lists
 PLAIN = (TrainConfig, RolloutConfig, PromptShape, DPOSettings, GRPOSettings, VLLMServerConfig, RayOptions, StopRules)
 
 

@@ -53,16 +53,20 @@ def shown_default(info: Any) -> str:
     """A field's default as the page shows it: paths relative to the repository, secrets by variable."""
     if info.is_required():
         return "required"
-    value = info.default_factory() if info.default_factory is not None else info.default
+    value = info.get_default(call_default_factory=True)
     if isinstance(value, dg.EnvVar):
         return f"`${value.env_var_name}`"
-    if isinstance(value, str) and value.startswith(str(REPO_ROOT)):
-        value = str(Path(value).relative_to(REPO_ROOT))
     if isinstance(value, dg.Config):
         return f"`{type(value).__name__}()`"
-    text = "null" if value is None else str(value).lower() if isinstance(value, bool) else repr(value) \
-        if isinstance(value, str) else str(value)
-    return f"`{text}`" if text else '`""`'
+    if isinstance(value, str) and value.startswith(str(REPO_ROOT)):
+        value = str(Path(value).relative_to(REPO_ROOT))
+    if value is None:
+        text = "null"
+    elif isinstance(value, bool):
+        text = str(value).lower()
+    else:
+        text = repr(value) if isinstance(value, str) else str(value)
+    return f"`{text}`"
 
 
 def option_table(cls: type, inherited: type | None = None) -> str:

@@ -46,11 +46,11 @@ class Bound:
 
 
 def option(default: Any = MISSING, *, help: str, bound: Bound | None = None, sft0: bool = True,
-           default_factory: Any = MISSING) -> Any:
+           default_factory: Any = MISSING, hash: bool | None = None) -> Any:
     """A dataclass field with its help text, its bound (numeric options) and `sft0`: False when the field
     cannot change a k=0 SFT (how rollouts sample, how k > 0 trains), so an arm that differs from another only
-    in such fields may share that arm's k=0 checkpoint."""
-    return dataclasses.field(default=default, default_factory=default_factory,
+    in such fields may share that arm's k=0 checkpoint. `hash` is dataclasses.field's."""
+    return dataclasses.field(default=default, default_factory=default_factory, hash=hash,
                              metadata={"help": help, "bound": bound, "sft0": sft0})
 
 

@@ -11,12 +11,11 @@ from flywheel.config.validation import (
     check_benchmark_refs,
     check_benchmarks,
     check_data,
-    check_options,
 )
 from flywheel.core.options import Bound
 from flywheel.orchestration.failures import setup_fails_once
 from flywheel.orchestration.partitions import benchmark_of
-from flywheel.resources.fields import bounds_of, setting
+from flywheel.resources.fields import check_fields, setting
 from flywheel.rollout.ray_pool import EnvFactory
 
 
@@ -44,7 +43,7 @@ class EnvResource(dg.ConfigurableResource):
     env_options: dict[str, dict[str, Any]] = setting(default_factory=dict, help="options of each benchmark's env "
                                                      "constructor, by benchmark")
     spec_options: dict[str, dict[str, Any]] = setting(default_factory=dict, help='fields of a benchmark\'s spec, '
-                                                      'by benchmark, e.g. {"scienceworld": {"prompt": "compact"}}')
+                                                      'by benchmark, e.g. {"<benchmark>": {"prompt": "compact"}}')
 
     _specs: dict[str, BenchmarkSpec] = PrivateAttr(default_factory=dict)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
@@ -52,8 +51,7 @@ class EnvResource(dg.ConfigurableResource):
     @setup_fails_once  # invalid configuration: the run fails once (flywheel.orchestration.failures)
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """Fail the run at its first step, naming the fix, on unknown benchmarks or missing data."""
-        check_options({k: getattr(self, k) for k in type(self).model_fields}, bounds=bounds_of(type(self)),
-                      where="envs.")
+        check_fields(self, where="envs.")
         check_benchmark_refs(self.benchmark_refs, where="envs.benchmark_refs")
         refs = self.benchmark_refs
         check_benchmarks(self.task_types, where="envs.task_types", refs=refs)

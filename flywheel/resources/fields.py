@@ -11,18 +11,16 @@ from typing import Any
 from pydantic import Field
 from pydantic.fields import FieldInfo
 
+from flywheel.config.validation import check_options
 from flywheel.core.options import MISSING, Bound, option_default, option_field
 
 
 def setting(default: Any = MISSING, *, help: str, bound: Bound | None = None, sft0: bool = True,
             default_factory: Any = None) -> Any:
     """A resource field with its help text (the launchpad's description), bound and k=0 role (see `option`)."""
-    extra = {"bound": bound, "sft0": sft0}
-    if default_factory is not None:
-        return Field(default_factory=default_factory, description=help, json_schema_extra=extra)
-    if default is MISSING:
-        return Field(description=help, json_schema_extra=extra)
-    return Field(default=default, description=help, json_schema_extra=extra)
+    given = {"default_factory": default_factory} if default_factory is not None else \
+        {} if default is MISSING else {"default": default}
+    return Field(**given, description=help, json_schema_extra={"bound": bound, "sft0": sft0})
 
 
 def same_as(config: type, name: str, **changes: Any) -> Any:
@@ -55,6 +53,12 @@ def bounds_of(*classes: type) -> dict[str, Bound]:
             if out.setdefault(name, bound) != bound:
                 raise TypeError(f"field {name!r} has two different bounds ({out[name]} and {bound})")
     return out
+
+
+def check_fields(resource: Any, *, where: str) -> None:
+    """Every field of `resource` within its declared bound (a ConfigurationError naming `where`+field)."""
+    cls = type(resource)
+    check_options({name: getattr(resource, name) for name in cls.model_fields}, bounds=bounds_of(cls), where=where)
 
 
 def not_in_sft0(*classes: type) -> tuple[str, ...]:

@@ -45,17 +45,17 @@ class MethodResource(dg.ConfigurableResource):
         return self.name
 
     def dpo_settings(self, policy) -> DPOSettings:
-        """This run's DPOSettings: every `dpo_<name>` field, and FROM_POLICY from the policy resource."""
-        return DPOSettings(**self._prefixed("dpo_", DPOSettings), **{f: getattr(policy, f) for f in FROM_POLICY})
+        return self._settings("dpo_", DPOSettings, policy)
 
     def grpo_settings(self, policy) -> GRPOSettings:
-        """This run's GRPOSettings: every `grpo_<name>` field, and FROM_POLICY from the policy resource."""
-        return GRPOSettings(**self._prefixed("grpo_", GRPOSettings), **{f: getattr(policy, f) for f in FROM_POLICY})
+        return self._settings("grpo_", GRPOSettings, policy)
 
-    def _prefixed(self, prefix: str, config: type) -> dict:
+    def _settings(self, prefix: str, config: type, policy):
+        """`config` from every `<prefix><name>` field of this resource, and FROM_POLICY from the policy's."""
         fields = config.__dataclass_fields__
-        return {name[len(prefix):]: getattr(self, name) for name in type(self).model_fields
-                if name.startswith(prefix) and name[len(prefix):] in fields}
+        own = {name[len(prefix):]: getattr(self, name) for name in type(self).model_fields
+               if name.startswith(prefix) and name[len(prefix):] in fields}
+        return config(**own, **{f: getattr(policy, f) for f in FROM_POLICY})
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self.check()

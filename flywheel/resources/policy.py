@@ -5,7 +5,7 @@ from typing import Any
 import dagster as dg
 from pydantic import PrivateAttr
 
-from flywheel.config.validation import ConfigurationError, check_model_path, check_options
+from flywheel.config.validation import ConfigurationError, check_model_path
 from flywheel.core.options import Bound
 from flywheel.core.prompting import PromptShape
 from flywheel.core.settings import DEFAULT_RUNS_DIR, SMOLLM2_DIR
@@ -14,7 +14,7 @@ from flywheel.policy import sft_ray
 from flywheel.policy.inference import Generator, OpenAICompatibleGenerator, TransformersGenerator
 from flywheel.policy.sft import TrainConfig, TrainResult, micro_batching, train_sft
 from flywheel.policy.vllm_server import ManagedVLLMGenerator, ServerPool, VLLMServer, VLLMServerConfig
-from flywheel.resources.fields import bounds_of, same_as, setting
+from flywheel.resources.fields import check_fields, same_as, setting
 from flywheel.resources.ray_cluster import RayConfig, check_backend
 from flywheel.rollout.engine import RolloutConfig
 from flywheel.rollout.ray_pool import RayGenerator
@@ -80,8 +80,7 @@ class PolicyResource(dg.ConfigurableResource):
     @setup_fails_once  # invalid configuration: the run fails once (flywheel.orchestration.failures)
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """Fail fast, naming the fix, when the base model is missing and this run trains."""
-        check_options({k: getattr(self, k) for k in type(self).model_fields}, bounds=bounds_of(type(self)),
-                      where="policy.")
+        check_fields(self, where="policy.")
         try:
             micro_batching(self.train_config())
         except ValueError as e:

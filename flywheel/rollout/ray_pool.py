@@ -58,9 +58,8 @@ class RayOptions:
     num_cpus: int | None = option(None, help="CPUs of a local cluster (null: every core)")
     object_store_memory_mb: int = option(200, help="object store of a local cluster, MiB")
     namespace: str = option("flywheel", help="the Ray namespace")
-    runtime_env: dict[str, Any] | None = field(default=None, hash=False, metadata={
-        "help": 'Ray runtime_env, e.g. {"env_vars": {...}}; the image should already hold the project',
-        "bound": None, "sft0": True})
+    runtime_env: dict[str, Any] | None = option(None, hash=False, help='Ray runtime_env, e.g. {"env_vars": '
+                                                '{...}}; the image should already hold the project')
     # env actors
     env_actor_cpus: float = option(1.0, help="CPUs per env actor (each runs envs_per_actor envs)")
     env_actor_memory_mb: int | None = option(None, help="memory per env actor, MiB (e.g. 600 per ScienceWorld JVM x "
