@@ -24,7 +24,7 @@ from flywheel.orchestration.partitions import partition_key
 from flywheel.policy.models import build_tiny_model
 from tests.ui_support import MODEL_ENV, ROOT_ENV, ui_resources
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BENCH = "webshop"
 QUERY = """
 query Summary($partition: String!) {

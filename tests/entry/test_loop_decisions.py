@@ -1,7 +1,7 @@
 """The sensor and the schedule over facts written straight into the store (gate, its check's
 verdict, evaluations) and the Dagster instance (runless materializations): every branch of the
 loop in seconds, no env, no model.
-The real two-iteration run is tests/test_loop_sensor.py."""
+The real two-iteration run is tests/e2e/test_loop_sensor.py."""
 
 import json
 import time

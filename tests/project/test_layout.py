@@ -7,7 +7,11 @@
   directly or through another flywheel module;
 - reports read stores and never write one;
 - `flywheel` imports sit at the top of each file, except in the CLI (fast `--help`);
-- no two modules share a file name, so a name in a traceback or a review says which file it is.
+- no two modules share a file name, so a name in a traceback or a review says which file it is;
+- the tests mirror the packages: every test module sits in a folder of tests/ named after the package it
+  tests (tests/core for flywheel/core, tests/envs for envs/), or in one of the folders for what spans them
+  (entry points, whole-chain runs, project-wide rules); no test module imports another, and the tiny-model
+  fixture is tests/conftest.py's alone.
 """
 
 import ast
@@ -17,9 +21,13 @@ from pathlib import Path
 
 import pytest
 
-FLYWHEEL = Path(__file__).resolve().parents[1] / "flywheel"
+FLYWHEEL = Path(__file__).resolve().parents[2] / "flywheel"
+TESTS = FLYWHEEL.parent / "tests"
 TOP_LEVEL = {"__init__", "cli", "definitions", "profile", "sensors"}
 NO_DAGSTER = ("core", "rollout", "policy", "curriculum", "teacher")
+# Test folders that name no package: the test benchmark, the entry points (cli, definitions, profile, sensors),
+# whole-chain runs and project-wide rules.
+TEST_SUPPORT_FOLDERS = {"tinybench", "entry", "e2e", "project"}
 STORE_WRITES = ("upsert_", "write_", "delete_", "record_", "clear_", "claim_", "cache_put", "transaction")
 
 
@@ -157,13 +165,73 @@ def test_flywheel_imports_sit_at_the_top_except_in_the_cli():
     assert local == [], f"flywheel imports inside functions: {local}; move them to the top of the file"
 
 
+def imported_test_modules(source: str) -> list[str]:
+    """The test modules (`test_*`) that `source` imports, by absolute or relative name."""
+    out = []
+    for n in ast.walk(ast.parse(source)):
+        if isinstance(n, ast.ImportFrom):
+            base = "." * n.level + (n.module or "")
+            if n.level or base.split(".")[0] == "tests":
+                out += [name for name in (base, *(f"{base}.{a.name}" for a in n.names))
+                        if any(part.startswith("test_") for part in name.split("."))][:1]
+        elif isinstance(n, ast.Import):
+            out += [a.name for a in n.names if a.name.split(".")[0] == "tests"
+                    and any(part.startswith("test_") for part in a.name.split("."))]
+    return out
+
+
+def test_the_import_finder_finds_test_modules():
+    for source in ("from tests.core.test_store import x", "from .test_store import x",
+                   "from tests.core import test_store", "import tests.core.test_store", "from . import test_store"):
+        assert imported_test_modules(source), source
+    assert imported_test_modules("from tests.fakes import make_traj\nimport tests.helpers\nfrom flywheel import cli") == []
+
+
 def test_no_test_module_imports_another():
     """Shared fixtures live in tests/conftest.py, doubles in tests/fakes.py, helpers in tests/helpers.py."""
-    tests = FLYWHEEL.parent / "tests"
-    offenders = sorted(f"{p.name}: {n.module}" for p in tests.glob("test_*.py")
-                       for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
-                       if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("tests.test_"))
+    found = sorted(TESTS.rglob("test_*.py"))
+    assert len(found) > 50 and (TESTS / "core" / "test_store.py") in found
+    offenders = sorted(f"{p.relative_to(TESTS)}: {name}" for p in found
+                       for name in imported_test_modules(p.read_text(encoding="utf-8")))
     assert offenders == []
+
+
+def misplaced_tests(tests: Path, flywheel: Path, envs: Path) -> list[str]:
+    """What breaks the mirror: a test module at the top of `tests`, a folder that names neither a package of
+    `flywheel` or `envs` nor a support folder, a folder without `__init__.py` (module names stay unique)."""
+    problems = [f"{p.name}: at the top of tests/, move it into the folder of the package it tests"
+                for p in sorted(tests.glob("test_*.py"))]
+    for folder in sorted(d for d in tests.rglob("*") if d.is_dir()):
+        rel = folder.relative_to(tests).parts
+        if any(part.startswith((".", "__")) for part in rel):
+            continue  # __pycache__ and tool caches
+        package = (envs.parent if rel[0] == envs.name else flywheel) / Path(*rel)
+        mirrors = (package / "__init__.py").is_file()
+        if not mirrors and not (len(rel) == 1 and rel[0] in TEST_SUPPORT_FOLDERS):
+            problems.append(f"{'/'.join(rel)}/: names no package under flywheel/ or envs/")
+        if not (folder / "__init__.py").is_file():
+            problems.append(f"{'/'.join(rel)}/: no __init__.py")
+    return problems
+
+
+def test_the_mirror_check_finds_misplaced_tests(tmp_path):
+    for path in ("flywheel/core/__init__.py", "envs/__init__.py", "envs/webshop/__init__.py", "tests/__init__.py",
+                 "tests/test_top.py", "tests/core/__init__.py", "tests/core/test_a.py", "tests/envs/webshop/test_b.py",
+                 "tests/envs/__init__.py", "tests/e2e/__init__.py", "tests/misc/__init__.py", "tests/core/deep/__init__.py"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).touch()
+    problems = misplaced_tests(tmp_path / "tests", tmp_path / "flywheel", tmp_path / "envs")
+    assert problems == ["test_top.py: at the top of tests/, move it into the folder of the package it tests",
+                        "core/deep/: names no package under flywheel/ or envs/",
+                        "envs/webshop/: no __init__.py",
+                        "misc/: names no package under flywheel/ or envs/"]
+
+
+def test_the_tests_mirror_the_packages():
+    """tests/core tests flywheel/core, tests/envs tests envs/, ...; entry points, whole-chain runs and
+    project-wide rules have their own folders (TEST_SUPPORT_FOLDERS)."""
+    assert (TESTS / "core" / "test_store.py").is_file() and not (TESTS / "test_store.py").exists()
+    assert misplaced_tests(TESTS, FLYWHEEL, FLYWHEEL.parent / "envs") == []
 
 
 def test_no_two_modules_share_a_file_name():
@@ -173,7 +241,7 @@ def test_no_two_modules_share_a_file_name():
 
 def test_the_tiny_model_fixture_is_conftest_s_alone():
     """One tiny-model fixture (tests/conftest.py), not one per module with its own vocabulary."""
-    pattern = re.compile(r"^def tiny\(", re.M)
-    tests = FLYWHEEL.parent / "tests"
-    defined = [p.name for p in sorted(tests.glob("test_*.py")) if pattern.search(p.read_text(encoding="utf-8"))]
-    assert not defined and pattern.search((tests / "conftest.py").read_text(encoding="utf-8"))
+    pattern = re.compile(r"^\s*def tiny\(", re.M)
+    defined = [p.relative_to(TESTS).as_posix() for p in sorted(TESTS.rglob("*.py"))
+               if p != TESTS / "conftest.py" and pattern.search(p.read_text(encoding="utf-8"))]
+    assert not defined and pattern.search((TESTS / "conftest.py").read_text(encoding="utf-8"))

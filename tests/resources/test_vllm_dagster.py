@@ -19,7 +19,7 @@ from flywheel.policy.vllm_server import ServerPool, group_alive
 from flywheel.resources import EnvResource, LoopResource, ManagedVLLMPolicy, StoreResource
 
 BENCH = "scienceworld"
-STUB = str(Path(__file__).with_name("vllm_stub_server.py"))
+STUB = str(Path(__file__).resolve().parents[1] / "vllm_stub_server.py")
 
 
 def stub_events(path: Path) -> list[dict]:

@@ -32,7 +32,7 @@ from flywheel.resources import (
 )
 from tests.fakes import BENCH, store_with_seeds
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from tests.loop_support import OraclePolicy  # k+1 looks, then the teacher's ans
 from tests.tinybench import NAME, SPEC, shortest_path
 
 REF = "tests.tinybench:SPEC"
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BOOTSTRAP = ["expert_trajectories", "teacher_quaternions", "synthetic_curriculum"]
 ITERATION = ["sft_checkpoint", "rollouts", "gated_dataset", "evaluation"]
 

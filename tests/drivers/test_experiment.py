@@ -23,7 +23,7 @@ from flywheel.core.store import Store
 from flywheel.drivers.experiment import run_experiment
 from flywheel.resources import EnvResource
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 MINI = {
     "name": "mini-webshop",

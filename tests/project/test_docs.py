@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README_MAX_LINES = 250
 HEADLINE_MARKERS = ("<!-- headline:start -->", "<!-- headline:end -->")
 

@@ -166,7 +166,7 @@ def test_a_runs_env_resource_owns_one_spec_per_benchmark_and_ends_its_helpers():
         assert spec._helper.starts == 1  # both gold paths on one helper
         return spec.helper_pid()
 
-    resource = EnvResource(benchmark_refs={"helpertiny": "tests.test_owned_helpers:SPEC"})
+    resource = EnvResource(benchmark_refs={"helpertiny": "tests.envs.test_owned_helpers:SPEC"})
     result = dg.materialize([gold], resources={"envs": resource})
     assert result.success
     pid = result.output_for_node("gold")

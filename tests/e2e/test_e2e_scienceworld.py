@@ -75,7 +75,7 @@ def test_whole_chain_tiny_model(tmp_path, tiny):
     assert db.query("SELECT count(*) FROM trajectories WHERE iteration = 1").item() == 2
 
 
-@pytest.mark.slow  # ~30 s; tests/test_tiny_benchmark.py covers k=0 -> gate -> k=1 in the default suite
+@pytest.mark.slow  # ~30 s; tests/e2e/test_tiny_benchmark.py covers k=0 -> gate -> k=1 in the default suite
 def test_gated_successes_flow_into_next_iteration(tmp_path, tiny):
     res = base_resources(tmp_path, None)
     res["envs"] = EnvResource(task_types={BENCH: ["find-non-living-thing"]}, train_limit=2, eval_limit=1)

@@ -14,7 +14,7 @@ from flywheel.config.presets import load_preset
 from flywheel.core.prompting import build_messages, parse_response
 from flywheel.core.store import Store
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 MINI = {
     "name": "mini-baselines",

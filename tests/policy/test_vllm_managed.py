@@ -31,7 +31,7 @@ from flywheel.rollout.engine import RolloutConfig, run_rollouts
 from tests.fakes import CounterEnv, counter_task
 from tests.signal_support import PARENTS
 
-STUB = str(Path(__file__).with_name("vllm_stub_server.py"))
+STUB = str(Path(__file__).resolve().parents[1] / "vllm_stub_server.py")
 GOOD = "Thought: count up.\nPlan: increment.\nAction: inc"
 BAD = "Thought: hmm.\nPlan: wait.\nAction: wait"
 
@@ -223,7 +223,7 @@ def test_server_is_stopped_at_interpreter_exit_without_stop(tmp_path, stub_cfg):
         # no stop(): the finalizer must end the process group at exit
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240,  # generous: a loaded 2-core CI host
-                         cwd=Path(__file__).resolve().parents[1])
+                         cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 0, out.stderr
     pgid = int(out.stdout.split()[-1])
     assert not group_alive(pgid)
@@ -264,7 +264,7 @@ def test_server_dies_with_a_killed_parent(tmp_path, stub_cfg, parent):
             time.sleep(60)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                            cwd=Path(__file__).resolve().parents[1])
+                            cwd=Path(__file__).resolve().parents[2])
     pgid = int(proc.stdout.readline())
     assert group_alive(pgid)
     os.kill(proc.pid, signal.SIGKILL)

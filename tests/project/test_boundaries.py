@@ -4,7 +4,7 @@ only, and the SQL lives in the store (flywheel/core/store.py and the curriculum'
 import re
 from pathlib import Path
 
-FLYWHEEL = Path(__file__).resolve().parents[1] / "flywheel"
+FLYWHEEL = Path(__file__).resolve().parents[2] / "flywheel"
 SQL_OWNERS = {"core/store.py", "curriculum/tables.py"}
 SQL = re.compile(r"\.(query|execute|sql)\(|\b(SELECT|INSERT INTO|DELETE FROM|CREATE TABLE)\b")
 

@@ -26,7 +26,7 @@ from flywheel.core.store import Store
 from flywheel.policy.inference import Generation
 from flywheel.rollout.engine import RolloutConfig, run_rollouts
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCOPE = {"benchmark": "scienceworld", "iteration": 0, "source": "policy", "split": "train"}
 
 CHILD = r'''

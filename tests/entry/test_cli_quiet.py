@@ -7,14 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("dagster", "torch", "transformers", "duckdb", "polars", "ray")
 
 
 def test_help_imports_no_heavy_module():
     """`--help` answers in well under a second: it imports neither Dagster nor torch (0.6 s and more). `demo
     --help` alone reads its setting flags' help from the resource fields that declare them (it imports the
-    resources: 9 s measured on the 2-core machine, a known cost): tests/test_options.py."""
+    resources: 9 s measured on the 2-core machine, a known cost): tests/project/test_options.py."""
     code = ("import sys\nfrom flywheel import cli\n"
             "for argv in (['--help'], ['report', '--help'], ['experiment', '--help']):\n"
             "    try:\n        cli.main(argv)\n    except SystemExit:\n        pass\n"

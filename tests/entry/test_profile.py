@@ -21,7 +21,7 @@ from flywheel.resources import (
 )
 from tests.helpers import assert_profile_refused
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 PROFILE = """
 benchmarks: [webshop]

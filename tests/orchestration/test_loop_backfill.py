@@ -36,7 +36,7 @@ from flywheel.policy.models import build_tiny_model
 from tests import loop_support
 from tests.loop_support import BENCH, MODEL_ENV, ROOT_ENV, RecordingRunLauncher, loop_defs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TERMINAL = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
 
 

@@ -16,7 +16,7 @@ from flywheel.config.presets import load_preset
 from flywheel.core.provenance import weights_sha256
 from flywheel.policy.sft import TrainConfig, examples_never_trained, planned_steps
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 TWO_ARMS = {
     "name": "two-sittings",

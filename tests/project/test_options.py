@@ -26,7 +26,7 @@ from flywheel.resources.fields import bounds_of, help_of
 from flywheel.rollout.engine import RolloutConfig
 from flywheel.rollout.ray_pool import RayOptions
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESOURCES = tuple(cls for cls, _ in CLASSES.values())  # every configurable class, as docs/configuration.md lists
 PLAIN = (TrainConfig, RolloutConfig, PromptShape, DPOSettings, GRPOSettings, VLLMServerConfig, RayOptions, StopRules)
 

@@ -61,7 +61,7 @@ def test_paper_table1_titles_the_registered_benchmarks_by_their_specs():
 
 
 def test_a_registered_benchmark_gets_its_columns_from_its_spec(tmp_path, monkeypatch):
-    monkeypatch.setitem(REGISTRY, "bare", "tests.test_report:REPORTED")
+    monkeypatch.setitem(REGISTRY, "bare", "tests.reports.test_report:REPORTED")
     db = Store(tmp_path / "s.duckdb")
     _evaluate(db, "bare", "unseen", 0.5)
     _evaluate(db, "bare", "seen", 0.9)  # not an evaluation split of this benchmark: no column
