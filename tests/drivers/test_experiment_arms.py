@@ -79,12 +79,16 @@ def test_arms_from_separate_runs_folders_and_processes_merge_and_k0_is_checked(t
     third = _experiment(preset, tmp_path / "runs3", results, "--arms", "b")
     assert third.returncode == 2 and "differ from the recorded ones" in third.stderr and "--accept-k0-drift" in third.stderr
     assert "Traceback" not in third.stderr
+    # a.json records its k=0 examples' hash: b trained on the same examples, so the difference is numerical
+    assert a["provenance"]["k0_examples_sha256"] and "the same training examples" in third.stderr
     assert "rollouts:0" not in json.loads((tmp_path / "runs3" / "b" / "progress.json").read_text())["done"]
     # Accepted: the difference is recorded and b evaluates its own k=0.
     fourth = _experiment(preset, tmp_path / "runs3", results, "--arms", "b", "--accept-k0-drift")
     assert fourth.returncode == 0, fourth.stderr[-3000:]
     progress = json.loads((tmp_path / "runs3" / "b" / "progress.json").read_text())
     assert progress["k0_drift"]["recorded_sha256"] == "0" * 64 and "evaluation:0" in progress["done"]
+    drift = progress["k0_drift"]
+    assert drift["same_examples"] is True and drift["recorded_commit"] and drift["recorded_host"]
 
 
 def _k0_path(arm_dir: Path) -> Path:

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from flywheel.policy.inference import TransformersGenerator
+from flywheel.policy.models import load_tokenizer
 from flywheel.policy.sft import TrainConfig, sft_examples, train_sft
 from tests.fakes import make_traj
 
@@ -23,6 +24,11 @@ def test_train_sft_writes_a_loadable_checkpoint(tmp_path, tiny, lora, capsys):
     # max_steps 2 rounds to one whole pass over the 5 examples: 3 steps of 2 (TrainConfig.whole_passes)
     res = train_sft(tiny, rows, tmp_path / "ck", TrainConfig(max_steps=2, batch_size=2, learning_rate=1e-3, lora=lora, lora_r=4))
     assert res.n_examples == 5 and res.steps == 3 and res.train_loss > 0
+    # each trained answer's length in tokens, as the policy generates it (no chat markers)
+    tok = load_tokenizer(tiny)
+    assert res.answer_tokens == tuple(len(tok(r["completion"][0]["content"], add_special_tokens=False)["input_ids"])
+                                      for r in rows)
+    assert all(n > 3 for n in res.answer_tokens)
     assert "'loss'" not in capsys.readouterr().out  # the Trainer's log dicts go to the log, not stdout
     assert json.loads((tmp_path / "ck" / "training.json").read_text())["config"]["lora"] is lora
     assert not (tmp_path / "ck.partial").exists()

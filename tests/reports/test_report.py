@@ -96,3 +96,31 @@ def test_each_committed_report_is_a_rendering_of_its_results(name):
     committed = (RESULTS_DIR / name / "report.md").read_text()
     assert render_committed(load_preset(name), RESULTS_DIR / name) == committed
     assert committed.count("## Arm `") >= 1
+
+
+def test_the_report_counts_answers_cut_by_the_generation_budget(tmp_path):
+    """An arm's results carry, per checkpoint, its trained answers' lengths (from the SFT lineage) and, per
+    evaluated split, how many evaluation answers reached max_new_tokens; the report renders them as a table."""
+    from flywheel.core.metrics import answer_lengths
+    from flywheel.core.trajectory import Step, Trajectory
+    from flywheel.reports.render import render_answer_lengths
+    from flywheel.reports.results import arm_results
+
+    db = Store(tmp_path / "a.duckdb")
+    db.record_checkpoint({"checkpoint_id": "c0", "benchmark": "b", "iteration": 0, "path": "p", "base_model": "m",
+                          "n_examples": 4, "n_trajectories": 1, "train_loss": 0.5,
+                          "lineage": {"answer_tokens": answer_lengths([50, 60, 70, 200], cap=160)}})
+    db.write_trajectories([Trajectory(
+        benchmark="b", split="unseen", task_id=f"t{i}", source="policy", iteration=0, sample=0, goal="g",
+        steps=[Step(observation="o", thought="e", plan="p", action="a", completion_tokens=n) for n in tokens])
+        for i, tokens in enumerate([[40, 160], [30], [160, 160, 20]])])
+    _evaluate(db, "b", "unseen", 0.0)
+    res = arm_results(db, "b", 0, {}, ("unseen",), max_new_tokens=160)
+    [row] = res["per_k"]
+    assert row["checkpoint"]["answer_tokens"]["at_cap"] == 1
+    assert {k: row["splits"]["unseen"]["answer_tokens"][k] for k in ("n", "at_cap", "max")} == {
+        "n": 6, "at_cap": 3, "max": 160}
+    table = "\n".join(render_answer_lengths({**res, "splits": ["unseen"]}))
+    assert "`max_new_tokens` = 160" in table and "| 0 | 60 / 200 / 200 | 1/4 | 3/6 (50.0%) |" in table
+    # an arm that recorded neither (older results) renders no table
+    assert render_answer_lengths({"splits": ["unseen"], "per_k": [{"k": 0, "splits": {"unseen": {}}}]}) == []
