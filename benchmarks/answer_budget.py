@@ -22,9 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import print_table, write_json  # noqa: E402
-
 import dagster as dg  # noqa: E402
+from _common import print_table, write_json  # noqa: E402
 
 from flywheel.assets.training import training_set  # noqa: E402
 from flywheel.config.methods import method_stages  # noqa: E402
