@@ -140,6 +140,30 @@ def test_dead_server_is_restarted_and_the_rows_retried(tmp_path, stub_cfg, sched
     assert kinds[0] == "start" and "crash" in kinds and kinds[-1] == "restart" and kinds.count("restart") == 1
 
 
+def test_rows_that_failed_on_a_server_another_thread_replaced_do_not_restart_the_new_one(tmp_path, stub_cfg,
+                                                                                          monkeypatch):
+    """A thread reads the server's (pid, port), another thread restarts the server, the first thread's
+    request then fails on the old port: it retries on the new server rather than killing it (a healthy
+    server restarted twice, and rows run out of restarts, when the pid and the port were read apart)."""
+    cfg, _ = stub_cfg
+    k0 = checkpoint(tmp_path, "k0")
+    with VLLMServer(cfg) as server:
+        gen = ManagedVLLMGenerator(server, str(k0), "k0")
+        before = server.endpoint()
+        server.restart("another thread saw it die")
+        replaced = server.pid
+        assert server.endpoint() != before and server.healthy()
+        reads = iter([before])
+        real = server.endpoint
+        monkeypatch.setattr(server, "endpoint", lambda: next(reads, None) or real())
+        out = gen.generate([[{"role": "user", "content": "x"}]], temperature=0, max_new_tokens=16)
+        serving = server.pid
+        kinds = [e.event for e in server.events]
+    assert out[0].error == "" and out[0].text == GOOD
+    assert kinds == ["start", "crash", "restart"]  # the other thread's restart only, no second one
+    assert serving == replaced
+
+
 def test_server_that_stays_dead_gives_errored_episodes_not_a_crashed_run(tmp_path, stub_cfg):
     cfg, _ = stub_cfg
     cfg = dataclasses.replace(cfg, max_restarts=1)
