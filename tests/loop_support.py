@@ -6,7 +6,7 @@ policy (a test double for the policy only; env, store, gate, SFT and Dagster are
 replays the teacher's quaternions for the training tasks after k+1 'look around' moves at
 iteration k, so every iteration's successes are new action sequences and pass the gate.
 The loop under test (sensor, schedule, backfills, run queue) does not depend on the benchmark;
-the real-env end-to-end runs are tests/test_e2e_scienceworld.py and test_e2e_other_benchmarks.py.
+the real-env end-to-end runs are tests/e2e/test_e2e_scienceworld.py and test_e2e_other_benchmarks.py.
 
 `defs` at the bottom is a code location for the GraphQL/daemon test: it builds the same
 resources from environment variables, in the code server and run worker processes.

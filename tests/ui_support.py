@@ -1,4 +1,4 @@
-"""Code location of the UI test (tests/test_ui_dashboard.py): the project's definitions on a tiny WebShop
+"""Code location of the UI test (tests/reports/test_ui_dashboard.py): the project's definitions on a tiny WebShop
 configuration, built from environment variables in the webserver's code-server process and in the test."""
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from flywheel.assets._checkpoints import (
 from flywheel.assets.curriculum import synthetic_curriculum
 from flywheel.core.decisions import gate_allows_next, gate_refusal
 from flywheel.core.gate import without_invalid_steps
+from flywheel.core.metrics import answer_lengths
 from flywheel.core.provenance import weights_sha256
 from flywheel.core.store import Store
 from flywheel.core.trajectory import Trajectory
@@ -37,7 +38,13 @@ from flywheel.curriculum.order import assign_buckets, grade
 from flywheel.curriculum.tables import write_training_order
 from flywheel.orchestration.failures import fail_once, fails_once
 from flywheel.orchestration.partitions import by_benchmark, flywheel_partitions, keys_of
-from flywheel.policy.sft import examples_never_trained, sft_examples, train_sft, training_fingerprint
+from flywheel.policy.sft import (
+    examples_never_trained,
+    examples_sha256,
+    sft_examples,
+    train_sft,
+    training_fingerprint,
+)
 from flywheel.resources import CurriculumResource, EnvResource, LoopResource, PolicyResource, StoreResource
 
 
@@ -147,7 +154,8 @@ def sft_checkpoint(
     # sft_backend "ray": the same train_sft as a Ray Train job on the cluster (README "Scaling out on Ray").
     train = train_sft if policy.sft_backend == "local" else policy.train
     result = train(start_model, examples, out, cfg, progress=context.log.info)
-    lineage = {"fingerprint": fingerprint, "base_model": start_model, "refine_from": policy.refine_from,
+    lineage = {"fingerprint": fingerprint, "examples_sha256": examples_sha256(examples),
+               "base_model": start_model, "refine_from": policy.refine_from,
                "replay": policy.replay,
                "iteration": k, "dataset": counts,
                "gated_iterations": list(range(k)), "examples": result.n_examples, "train_steps": result.steps,
@@ -159,7 +167,9 @@ def sft_checkpoint(
                "train_seconds": round(time.monotonic() - started, 1),
                # Equal weights, equal hash: arms that share this k=0 across machines check it (flywheel.core.provenance).
                "weights_sha256": _weights_hash(result.path),
-               "examples_never_trained": examples_never_trained(result.n_examples, cfg, result.world_size)}
+               "examples_never_trained": examples_never_trained(result.n_examples, cfg, result.world_size),
+               # The trained answers' token lengths against the generation budget the policy rolls out with.
+               "answer_tokens": answer_lengths(result.answer_tokens, policy.max_new_tokens)}
     # The exact pairs this checkpoint trained on, in order (dropped ones flagged): `flywheel export`.
     traj_ids = [tr.traj_id for tr in trajs for _ in tr.steps]
     dropped = set(result.dropped)
@@ -176,6 +186,13 @@ def sft_checkpoint(
             f"sft_checkpoint {benchmark}|{k}: the curriculum walks the {result.n_examples} examples easy to hard and "
             f"max_train_steps={cfg.max_steps} stops it before the end: the {never} hardest are never trained; set "
             "policy.whole_passes: true, raise policy.max_train_steps or set curriculum.order: shuffle")
+    answers = lineage["answer_tokens"]
+    if answers["at_cap"]:
+        context.log.warning(
+            f"sft_checkpoint {benchmark}|{k}: {answers['at_cap']} of {answers['n']} trained answers are "
+            f"max_new_tokens={answers['cap']} tokens or longer (median {answers['median']}, 95th percentile "
+            f"{answers['p95']}, longest {answers['max']}): generation cuts them, often before the action line; set "
+            f"policy.max_new_tokens above {answers['max']}")
     if result.n_dropped:
         context.log.warning(
             f"sft_checkpoint {benchmark}|{k}: dropped {result.n_dropped} of {len(examples)} SFT examples longer than "
@@ -194,6 +211,7 @@ def sft_checkpoint(
             "tokens (see the run log)")} if result.n_dropped else {}),
         "trajectories": len(trajs),
         "examples_never_trained": never,  # the hardest end, cut by a step cap below one pass (given order)
+        "answer_tokens": dg.MetadataValue.json(answers),  # vs policy.max_new_tokens
         "seed_or_curriculum_trajectories": counts["seed_or_curriculum"],
         "gated_trajectories": counts["gated"],
         "order": mode if mode == "shuffle" else f"{mode} (easy to hard, {scorer.name}; see training_order)",

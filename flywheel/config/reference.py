@@ -1,7 +1,7 @@
 """The option tables of docs/configuration.md, rendered from the fields' declarations (their one source).
 
 `python -m flywheel.config.reference` rewrites each block between `<!-- options: CLASS -->` and
-`<!-- /options -->` in docs/configuration.md; `tests/test_options.py` checks the committed page is that
+`<!-- /options -->` in docs/configuration.md; `tests/project/test_options.py` checks the committed page is that
 rendering, so a default or a help text changed in the code cannot leave the docs behind.
 """
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,21 @@ def summarize(trajs: Sequence[Trajectory]) -> dict[str, Any]:
         "prompt_tokens_per_step": sum(s.prompt_tokens for s in steps) / n_steps,
         "invalid_action_rate": sum(s.invalid for s in steps) / n_steps,
     }
+
+
+def answer_lengths(tokens: Sequence[int], cap: int) -> dict[str, Any]:
+    """How long answers are, in tokens, against the generation budget `cap` (`max_new_tokens`): n, median,
+    95th percentile, longest, and how many reach the cap (an answer of `cap` tokens or more is cut there, often
+    before its action line). Nearest-rank percentiles; all None for no answers."""
+    ordered = sorted(int(n) for n in tokens)
+    if not ordered:
+        return {"n": 0, "median": None, "p95": None, "max": None, "cap": cap, "at_cap": 0}
+
+    def rank(q: float) -> int:
+        return ordered[max(0, math.ceil(len(ordered) * q) - 1)]
+
+    return {"n": len(ordered), "median": rank(0.5), "p95": rank(0.95), "max": ordered[-1], "cap": cap,
+            "at_cap": sum(n >= cap for n in ordered)}
 
 
 def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:

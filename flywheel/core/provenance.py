@@ -36,19 +36,27 @@ def code_commit(repo: Path = REPO_ROOT) -> str:
 def machine() -> dict[str, Any]:
     """What ran it: host, CPU model and cores, accelerator, Python and torch versions."""
     cpu = platform.processor() or platform.machine()
+    ident: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key in ("model name", "cpu family", "model", "stepping") and key not in ident:
+                ident[key] = value.strip()
+            if line.startswith("processor") and ident:  # the first CPU's block is enough
                 break
     except OSError:
         pass
+    cpu = ident.get("model name", cpu)
     try:
         torch = metadata.version("torch")
     except metadata.PackageNotFoundError:
         torch = None
-    return {"host": platform.node(), "cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "torch": torch}
+    # family/model/stepping tell CPU generations apart where the model name does not (a VM's "AMD EPYC"):
+    # float results, and so retrained weights, can differ between them.
+    cpu_id = "/".join(ident[k] for k in ("cpu family", "model", "stepping") if k in ident) or None
+    return {"host": platform.node(), "cpu": cpu, "cpu_id": cpu_id, "cores": os.cpu_count(),
+            "python": platform.python_version(), "torch": torch}
 
 
 def fingerprint(value: Any) -> str:

@@ -826,6 +826,16 @@ class Store:
         )
         return {r["task_id"]: (bool(r["success"]), float(r["reward"] or 0.0)) for r in df.iter_rows(named=True)}
 
+    def policy_answer_tokens(self, benchmark: str, iteration: int, split: str) -> list[int]:
+        """Tokens the policy generated at each step of checkpoint k's evaluation episodes on `split` (the same
+        episodes as `policy_outcomes`), in no particular order."""
+        df = self.query(
+            "SELECT s.completion_tokens AS n FROM steps s JOIN trajectories t USING (traj_id) WHERE t.benchmark = ? "
+            "AND t.iteration = ? AND t.split = ? AND t.source = 'policy' AND t.status = 'ok' AND t.sample = 0",
+            [benchmark, iteration, split],
+        )
+        return [int(n or 0) for n in df["n"].to_list()] if df.height else []
+
     def evaluation_rows(self, benchmark: str) -> list[dict[str, Any]]:
         df = self.query("SELECT * FROM evaluations WHERE benchmark = ? ORDER BY iteration, split", [benchmark])
         return list(df.iter_rows(named=True))

@@ -211,21 +211,31 @@ def check_retrained_k0(preset: Preset, arm: str, source: str, store: Store, resu
     arm evaluates its own k=0. Returns what progress.json records about it."""
     recorded = recorded_start(preset, arm, source, results)
     where = f"arm {arm!r} starts from arm {source!r}'s k=0 SFT"
-    want = recorded["provenance"]["k0_weights_sha256"]
+    prov = recorded["provenance"]
+    want = prov["k0_weights_sha256"]
     ckpt = store.latest_checkpoint(preset.benchmark, 0)
     got = weights_sha256(ckpt["path"])
     if got == want:
         return {"retrained_for": source, "k0_weights_sha256": got, "k0_matches_recorded": True}
+    examples, recorded_examples = lineage_of(ckpt).get("examples_sha256"), prov.get("k0_examples_sha256")
     drift = {"retrained_for": source, "k0_weights_sha256": got, "recorded_sha256": want,
              "train_loss": ckpt["train_loss"],
              "recorded_train_loss": ((recorded.get("results") or {}).get("per_k") or [{}])[0]
              .get("checkpoint", {}).get("train_loss"),
-             "recorded_commit": recorded["provenance"].get("commit"), "recorded_host": recorded["provenance"].get("host")}
+             "recorded_commit": ",".join(c[:12] for c in prov.get("commits") or []) or None,
+             "recorded_host": ",".join(prov.get("hosts") or []) or None,
+             "recorded_cpu_id": (prov.get("machine") or {}).get("cpu_id"), "cpu_id": machine().get("cpu_id"),
+             "examples_sha256": examples, "recorded_examples_sha256": recorded_examples,
+             # True: the same examples, so the weights differ numerically; None: the recorded run kept no hash
+             "same_examples": None if not (examples and recorded_examples) else examples == recorded_examples}
     if not accept_drift:
+        why = {True: "the same training examples, so the difference is numerical (CPU, math libraries)",
+               False: "different training examples (data or prompt code changed since)",
+               None: "whether the training examples were the same is unknown (the recorded run kept no examples hash)"}
         raise ConfigurationError(
             f"{where}: retrained here, its weights (sha256 {got[:12]}, train loss {ckpt['train_loss']:.4f}) differ "
             f"from the recorded ones (sha256 {want[:12]}, loss {drift['recorded_train_loss']}, commit "
-            f"{drift['recorded_commit']}, host {drift['recorded_host']}): SFT here is not bit-for-bit that run. "
+            f"{drift['recorded_commit']}, host {drift['recorded_host']}): {why[drift['same_examples']]}. "
             f"Run arm {source!r} in this runs folder, or pass --accept-k0-drift to go on with this k=0 "
             "(recorded as drift; this arm then evaluates its own k=0)")
     progress.data["k0_drift"] = drift

@@ -101,6 +101,9 @@ class TrainResult:
     world_size: int = 1
     # Tokens (prompt + completion, chat template applied) of the examples kept: one pass over the set.
     tokens_per_pass: int = 0
+    # Tokens of each kept example's answer (the completion's text alone): what the policy learns to generate,
+    # to size `max_new_tokens` against (flywheel.core.metrics.answer_lengths).
+    answer_tokens: tuple[int, ...] = ()
 
 
 def sft_examples(
@@ -155,6 +158,14 @@ def training_fingerprint(base_model: str | Path, examples: list[dict], cfg: Trai
     return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def examples_sha256(examples: list[dict]) -> str:
+    """The training examples' identity alone (prompts and answers, in order), independent of the machine and
+    of where the base model lives: two k=0 trainings with the same hash saw the same data, so different
+    weights between them are numerical (the CPU, its math libraries), not a different dataset."""
+    payload = json.dumps([[r["prompt"], r["completion"]] for r in examples], sort_keys=True)
+    return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def keep_fitting(rows: Sequence, fits: Sequence[bool], *, what: str, max_length: int,
                  progress: Callable[[str], None]) -> tuple[list, int]:
     """The rows that fit `max_length` and how many were dropped (never truncated: the loss is on
@@ -183,6 +194,11 @@ def unpublished_dirs(out_dir: str | Path) -> tuple[Path, Path]:
 def _length(tokenizer, row: dict) -> int:
     text = tokenizer.apply_chat_template(row["prompt"] + row["completion"], tokenize=False)
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def answer_tokens(tokenizer, row: dict) -> int:
+    """Tokens of an example's answer text, as the policy generates it (no chat markers)."""
+    return len(tokenizer("".join(m["content"] for m in row["completion"]), add_special_tokens=False)["input_ids"])
 
 
 def train_sft(
@@ -263,6 +279,7 @@ def train_sft(
         train_loss=float(result.training_loss), steps=int(result.global_step),
         dropped=tuple(i for i, ok in enumerate(fits) if not ok), world_size=int(trainer.args.world_size),
         tokens_per_pass=sum(n for n, ok in zip(lengths, fits, strict=True) if ok),
+        answer_tokens=tuple(answer_tokens(tok, r) for r in kept),
     )
     del trainer, model
     trim_heap()

@@ -39,7 +39,7 @@ def _train_loop(config: dict[str, Any]) -> None:
                            progress=lambda line: log.info("rank %s: %s", rank, line))
         metrics = {"train_loss": result.train_loss, "steps": result.steps, "n_examples": result.n_examples,
                    "n_dropped": result.n_dropped, "dropped": list(result.dropped), "world_size": result.world_size,
-                   "tokens_per_pass": result.tokens_per_pass}
+                   "tokens_per_pass": result.tokens_per_pass, "answer_tokens": list(result.answer_tokens)}
         checkpoint = ray.train.Checkpoint.from_directory(result.path) if rank == 0 else None
         ray.train.report(metrics, checkpoint=checkpoint)
 
@@ -97,4 +97,5 @@ def train_sft_on_ray(
     return TrainResult(path=str(out), n_examples=int(metrics["n_examples"]), n_dropped=int(metrics["n_dropped"]),
                        train_loss=float(metrics["train_loss"]), steps=int(metrics["steps"]),
                        dropped=tuple(metrics.get("dropped", ())), world_size=int(metrics.get("world_size", 1)),
-                       tokens_per_pass=int(metrics.get("tokens_per_pass", 0)))
+                       tokens_per_pass=int(metrics.get("tokens_per_pass", 0)),
+                       answer_tokens=tuple(int(n) for n in metrics.get("answer_tokens", ())))

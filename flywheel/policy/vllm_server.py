@@ -284,6 +284,11 @@ class VLLMServer:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
 
+    def endpoint(self) -> tuple[int | None, int | None]:
+        """(pid, port) of the server now, read together: a restart in another thread changes both."""
+        with self._lock:
+            return self.pid, self.port
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
@@ -511,14 +516,18 @@ class ManagedVLLMGenerator:
         self._client_port: int | None = None
         server.ensure(self.checkpoint_path)
 
-    def client(self) -> StreamingOpenAIGenerator:
-        if self._client is None or self._client_port != self.server.port:
-            self._client = StreamingOpenAIGenerator(
-                base_url=f"{self.server.base_url}/v1", model=SERVED_NAME, concurrency=self.server.cfg.concurrency,
-                timeout=self.server.cfg.request_timeout_s, stop_on_loop=self.stop_on_loop,
+    def client(self, port: int | None = None) -> StreamingOpenAIGenerator:
+        """The client for the server on `port` (default: the server's port now)."""
+        port = self.server.port if port is None else port
+        client = self._client
+        if client is None or self._client_port != port:
+            client = StreamingOpenAIGenerator(
+                base_url=f"http://127.0.0.1:{port}/v1", model=SERVED_NAME,
+                concurrency=self.server.cfg.concurrency, timeout=self.server.cfg.request_timeout_s,
+                stop_on_loop=self.stop_on_loop,
             )
-            self._client_port = self.server.port
-        return self._client
+            self._client, self._client_port = client, port
+        return client
 
     def generate(
         self, prompts: list[list[Message]], *, temperature: float, max_new_tokens: int, seed: int | None = None
@@ -533,8 +542,10 @@ class ManagedVLLMGenerator:
             except VLLMServerError as exc:
                 errors.update(dict.fromkeys(todo, f"vLLM server: {exc}"))
                 break
-            client = self.client()
-            pid = self.server.pid
+            # The process and the port the rows go to, read together: a thread that read the port of a
+            # server that another thread has since replaced must not take the new one for the one that failed.
+            pid, port = self.server.endpoint()
+            client = self.client(port)
 
             def one(i: int, client: StreamingOpenAIGenerator = client) -> tuple[int, Generation | BaseException]:
                 # Distinct seeds per row: equal prompts (samples of one task) must not get equal samples.
@@ -562,7 +573,9 @@ class ManagedVLLMGenerator:
             if restarts >= self.server.cfg.max_restarts:
                 break
             restarts += 1
-            if self.server.alive() and self.server.healthy():
+            if self.server.pid != pid:
+                pass  # another thread has already replaced the server these rows failed on: retry on the new one
+            elif self.server.healthy():
                 # The server answers health checks: a transient failure; retry the rows once more as they are.
                 log.warning("vLLM: %d request(s) failed on a healthy server; retrying", len(retry))
             else:

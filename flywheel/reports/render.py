@@ -33,6 +33,29 @@ def _md(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
+def render_answer_lengths(res: dict[str, Any]) -> list[str]:
+    """Answer lengths against the generation budget, for the arms that recorded them: the SFT answers each
+    checkpoint learned, and the share of its evaluation steps whose answer reached `max_new_tokens` (cut)."""
+    splits = res["splits"]
+    rows, cap = [], None
+    for r in res["per_k"]:
+        trained = (r.get("checkpoint") or {}).get("answer_tokens")
+        evals = {s: r["splits"][s]["answer_tokens"] for s in splits if "answer_tokens" in r["splits"].get(s, {})}
+        if not trained and not evals:
+            continue
+        cap = (trained or next(iter(evals.values())))["cap"]
+        rows.append([r["k"], f"{trained['median']} / {trained['p95']} / {trained['max']}" if trained else "-",
+                     f"{trained['at_cap']}/{trained['n']}" if trained else "-",
+                     *[f"{e['at_cap']}/{e['n']} ({100 * e['at_cap'] / e['n']:.1f}%)" if (e := evals.get(s)) and e["n"]
+                       else "-" for s in splits]])
+    if not rows:
+        return []
+    return [f"**Answer lengths** in tokens against `max_new_tokens` = {cap} (an answer that reaches it is cut, "
+            "often before its action line):", "",
+            _md(["k", "SFT answers median / p95 / max", "SFT answers at the cap",
+                 *[f"{s} eval steps at the cap" for s in splits]], rows), ""]
+
+
 def render_markdown(results: dict[str, Any], preset: Preset) -> str:
     parts = [f"# Experiment `{preset.name}`: {preset.benchmark}, K={preset.iterations}, model {preset.model}", ""]
     if preset.description:
@@ -95,6 +118,7 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
                        "SFT tokens/s", "rollouts",
                        "rollout pass rate %", "train pass@n % (tasks)", "seed-task pass %", "non-seed-task pass %",
                        "episodes/min", "gated new", "gated tasks", "gated tasks w/o seed", "gated total"], flow), ""]
+        parts += render_answer_lengths(res)
         parts += [f"Seed tasks (teacher trajectories): {res['seed_tasks']}.", ""]
         if res.get("by_task_type"):
             ks = sorted({r["k"] for r in res["by_task_type"]})

@@ -11,6 +11,7 @@ from typing import Any
 
 from flywheel.config.methods import method_stages
 from flywheel.config.presets import Preset, arm_config, arm_order
+from flywheel.core.metrics import answer_lengths
 from flywheel.core.provenance import (
     arm_file,
     fingerprint,
@@ -21,6 +22,7 @@ from flywheel.core.provenance import (
 from flywheel.core.quality import arm_checkpoints, paired_difference, replicate_difference, wilson_interval
 from flywheel.core.store import Store
 from flywheel.resources import EnvResource
+from flywheel.rollout.engine import RolloutConfig
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +34,14 @@ def _rate(successes: int, n: int) -> dict[str, Any]:
 
 def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[str, Any],
                 splits: tuple[str, ...], types_of: dict[str, dict[str, str]] | None = None,
-                k0_from: tuple[str, dict[str, dict[str, tuple[bool, float]]]] | None = None) -> dict[str, Any]:
+                k0_from: tuple[str, dict[str, dict[str, tuple[bool, float]]]] | None = None,
+                max_new_tokens: int | None = None) -> dict[str, Any]:
     """Everything the report shows for one arm, read from its store (and its stage timings).
 
     `k0_from` (ARM, its k=0 outcomes per split): this arm took its k=0 checkpoint from ARM (`method.start_from`) and did not
     evaluate it again; its k-vs-0 comparisons then use ARM's k=0 evaluation of the same weights, marked
-    `old_arm`, and its by-type table shows them as k=0 (the per-k table keeps only this arm's own evaluations)."""
+    `old_arm`, and its by-type table shows them as k=0 (the per-k table keeps only this arm's own evaluations).
+    `max_new_tokens` (the arm's generation budget): each evaluated split also counts the answers that reached it."""
     done = progress.get("done", {})
     evals = {(r["iteration"], r["split"]): r for r in store.evaluation_rows(benchmark)}
     outcomes = {(k, s): store.policy_outcomes(benchmark, k, s) for k in range(iterations + 1) for s in splits}
@@ -64,6 +68,9 @@ def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[st
             row["splits"][s] = {**_rate(succ, len(out)), "avg_reward": ev["avg_reward"], "errored": ev["errored"],
                                 "mean_steps": ev["mean_steps"], "invalid_action_rate": ev["invalid_action_rate"],
                                 "prompt_tokens_per_step": ev["prompt_tokens_per_step"]}
+            if max_new_tokens:
+                row["splits"][s]["answer_tokens"] = answer_lengths(
+                    store.policy_answer_tokens(benchmark, k, s), max_new_tokens)
         if k in checkpoints:
             c = checkpoints[k]
             sft = done.get(f"sft:{k}", {})
@@ -76,6 +83,8 @@ def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[st
                                  "sft_stage_seconds": secs, "train_seconds": train_s, "train_steps": steps}
             if train_s and steps:  # examples seen per second of training (steps x batch)
                 row["checkpoint"]["sft_examples_per_s"] = steps * int(lineage.get("batch_size", 8)) / train_s
+            if lineage.get("answer_tokens"):  # the trained answers' lengths vs the budget (recorded since it was)
+                row["checkpoint"]["answer_tokens"] = lineage["answer_tokens"]
             if train_s and lineage.get("tokens_trained"):
                 row["checkpoint"]["sft_tokens_per_s"] = lineage["tokens_trained"] / train_s
         if k in rollouts:
@@ -230,7 +239,8 @@ def local_arm_record(preset: Preset, arm: str, arm_dir: Path, records: dict[str,
         k0_from = (source, {s: {t: (bool(v[0]), float(v[1])) for t, v in records[source]["outcomes"][f"0|{s}"].items()}
                             for s in splits})
     res = arm_results(store, preset.benchmark, preset.iterations, progress, splits,
-                      types_of=task_types_of(preset, sections.get("envs", {}), splits), k0_from=k0_from)
+                      types_of=task_types_of(preset, sections.get("envs", {}), splits), k0_from=k0_from,
+                      max_new_tokens=sections.get("policy", {}).get("max_new_tokens", RolloutConfig().max_new_tokens))
     evaluated = sorted({(r["iteration"], r["split"]) for r in store.evaluation_rows(preset.benchmark)})
     outcomes = {f"{k}|{s}": {t: [ok, reward] for t, (ok, reward) in store.policy_outcomes(preset.benchmark, k, s).items()}
                 for k, s in evaluated if s in splits}
@@ -247,6 +257,7 @@ def local_arm_record(preset: Preset, arm: str, arm_dir: Path, records: dict[str,
                   "hosts": sorted({v["host"] for v in done.values() if v.get("host")}),
                   "config_fingerprint": fingerprint(config["sections"]), "k0_weights_sha256": k0_hash,
                   "k0_checkpoint_id": k0["checkpoint_id"] if k0 else None, "k0_drift": progress.get("k0_drift"),
+                  "k0_examples_sha256": lineage.get("examples_sha256"),
                   "complete": all(stage in done for stage, _, _ in method_stages(preset.benchmark, preset.iterations,
                                                                                preset.method(arm), evaluate_start=False)
                                   if stage != "evaluation:0") and not progress.get("stopped")}

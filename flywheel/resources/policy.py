@@ -26,7 +26,7 @@ class PolicyResource(dg.ConfigurableResource):
     Each knob is declared once, in the plain config it feeds (`TrainConfig`, `RolloutConfig`,
     `PromptShape`): this resource exposes it under the same name with that config's default,
     and `train_config()` / `rollout_config()` copy the same-named fields across
-    (`tests/test_profile.py` checks names and defaults agree).
+    (`tests/entry/test_profile.py` checks names and defaults agree).
     """
 
     base_model_path: str = setting(str(SMOLLM2_DIR), help="the base model's Hugging Face folder (make model)")

@@ -1,0 +1,161 @@
+"""Experiments that span sittings and machines: each arm's results are committed on their own
+(`results/arms/ARM.json`) and merged into one report; an arm whose start arm is only in committed results
+retrains that k=0 and refuses to go on when the weights differ; the equal-compute control's budget; every
+shipped preset trains each of its examples."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flywheel.config.presets import load_preset
+from flywheel.core.provenance import weights_sha256
+from flywheel.policy.sft import TrainConfig, examples_never_trained, planned_steps
+
+REPO = Path(__file__).resolve().parents[2]
+
+TWO_ARMS = {
+    "name": "two-sittings",
+    "benchmark": "webshop",
+    "iterations": 1,
+    "model": "tiny",
+    "envs": {"seed_limit": 2, "train_limit": 2, "eval_limit": 3, "max_steps": 3},
+    "policy": {"epochs": 1, "max_new_tokens": 16, "samples_per_task": 1, "parallel_envs": 3, "batch_size": 4},
+    "curriculum": {"synthesize": False},
+    "loop": {"adaptive_sampling": False},
+    "continue_on_empty_gate": True,
+    "arms": {"a": {}, "b": {"policy": {"rollout_seed": 7}, "method": {"start_from": "a", "evaluate_start": False}}},
+    "compare": ["b@1 vs a@0", "a@last vs b@1"],
+    "replicates": {"a": ["a"]},
+}
+
+
+def _experiment(preset: Path, runs: Path, results: Path, *args: str) -> subprocess.CompletedProcess:
+    """`flywheel experiment` in a process of its own (another sitting), with its own runs folder."""
+    env = {**os.environ, "DAGSTER_HOME": str(runs.parent / "dagster_home"), "OMP_NUM_THREADS": "1"}
+    (runs.parent / "dagster_home").mkdir(exist_ok=True)
+    return subprocess.run([sys.executable, "-m", "flywheel.cli", "experiment", str(preset), "--runs-dir", str(runs),
+                           "--results-dir", str(results), *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=900)
+
+
+def test_arms_from_separate_runs_folders_and_processes_merge_and_k0_is_checked(tmp_path):
+    preset = tmp_path / "two-sittings.yaml"
+    preset.write_text(yaml.safe_dump(TWO_ARMS))
+    results = tmp_path / "results"
+    first = _experiment(preset, tmp_path / "runs1", results, "--arms", "a")
+    assert first.returncode == 0, first.stderr[-3000:]
+    a = json.loads((results / "arms" / "a.json").read_text())
+    k0 = json.loads((tmp_path / "runs1" / "a" / "progress.json").read_text())
+    assert a["provenance"]["run_id"] == k0["run_id"] and a["provenance"]["complete"]
+    assert a["provenance"]["k0_weights_sha256"] == weights_sha256(_k0_path(tmp_path / "runs1" / "a"))
+    # Another sitting, another runs folder without arm a: b retrains a's k=0 and finds the same weights.
+    second = _experiment(preset, tmp_path / "runs2", results, "--arms", "b")
+    assert second.returncode == 0, second.stderr[-3000:]
+    done = json.loads((tmp_path / "runs2" / "b" / "progress.json").read_text())["done"]
+    assert done["sft:0"]["k0_matches_recorded"] and "evaluation:0" not in done
+    assert not (tmp_path / "runs2" / "a").exists()
+    data = json.loads((results / "results.json").read_text())
+    assert data["arms"]["a"]["origin"].startswith("committed") and data["arms"]["b"]["origin"].startswith("store")
+    assert data["arms"]["a"]["provenance"]["run_id"] != data["arms"]["b"]["provenance"]["run_id"]
+    # b's k=1 is paired with a's k=0 evaluation (the same weights) and with a's k=1, over the same tasks.
+    [k1_vs_0] = [c for c in data["arms"]["b"]["comparisons"] if (c["new"], c["old"]) == (1, 0)]
+    assert k1_vs_0["old_arm"] == "a" and k1_vs_0["n"] == 3
+    assert [(c["arm"], c["reference"], c["k"], c["n"]) for c in data["arm_comparisons"]] == [("b", "a", 1, 3)]
+    claims = {(c["arm"], c["k"], c["reference"], c["reference_k"]): c for c in data["claims"]}
+    assert claims[("b", 1, "a", 0)]["replicates"]["b"] == k1_vs_0 | {"old_arm": "a"} or \
+        claims[("b", 1, "a", 0)]["replicates"]["b"]["n"] == 3  # b's k=0 is a's evaluation of the same weights
+    assert claims[("a", 1, "b", 1)]["replicates"]["a"]["n"] == 3
+    report = (results / "report.md").read_text()
+    assert "## Claims" in report and "`b`@1 vs `a`@0" in report
+    assert f"Run `{a['provenance']['run_id']}` from committed" in report
+    # A recorded k=0 that this machine does not reproduce: refused in one line, exit 2, before any rollout.
+    a["provenance"]["k0_weights_sha256"] = "0" * 64
+    (results / "arms" / "a.json").write_text(json.dumps(a))
+    third = _experiment(preset, tmp_path / "runs3", results, "--arms", "b")
+    assert third.returncode == 2 and "differ from the recorded ones" in third.stderr and "--accept-k0-drift" in third.stderr
+    assert "Traceback" not in third.stderr
+    # a.json records its k=0 examples' hash: b trained on the same examples, so the difference is numerical
+    assert a["provenance"]["k0_examples_sha256"] and "the same training examples" in third.stderr
+    assert "rollouts:0" not in json.loads((tmp_path / "runs3" / "b" / "progress.json").read_text())["done"]
+    # Accepted: the difference is recorded and b evaluates its own k=0.
+    fourth = _experiment(preset, tmp_path / "runs3", results, "--arms", "b", "--accept-k0-drift")
+    assert fourth.returncode == 0, fourth.stderr[-3000:]
+    progress = json.loads((tmp_path / "runs3" / "b" / "progress.json").read_text())
+    assert progress["k0_drift"]["recorded_sha256"] == "0" * 64 and "evaluation:0" in progress["done"]
+    drift = progress["k0_drift"]
+    assert drift["same_examples"] is True and drift["recorded_commit"] and drift["recorded_host"]
+
+
+def _k0_path(arm_dir: Path) -> Path:
+    from flywheel.core.store import Store
+
+    return Path(Store(arm_dir / "flywheel.duckdb", read_only=True).latest_checkpoint("webshop", 0)["path"])
+
+
+# Presets whose committed results ran before whole-pass budgets pin `whole_passes: false` to stay reproducible.
+PINNED = {"cpu-scienceworld", "cpu-scienceworld-quick", "cpu-webshop", "cpu-webshop-quick", "cpu-baselines-scienceworld"}
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (REPO / "experiments").glob("*.yaml")))
+def test_shipped_presets_train_every_example_even_when_the_cap_is_below_one_pass(name):
+    preset = load_preset(name)
+    for arm in preset.arms:
+        policy = preset.arm_sections(arm).get("policy", {})
+        if name in PINNED:
+            assert policy["whole_passes"] is False and (REPO / "experiments" / "results" / name).is_dir()
+            continue
+        cfg = TrainConfig(batch_size=policy.get("batch_size", 8), max_steps=policy.get("max_train_steps", -1),
+                          order="given", whole_passes=policy.get("whole_passes", True))
+        if cfg.max_steps <= 0:
+            continue
+        for n in (cfg.max_steps * cfg.batch_size + 29, 237, 3 * cfg.max_steps * cfg.batch_size + 5):
+            assert examples_never_trained(n, cfg) == 0, (arm, n)
+            assert planned_steps(n, cfg) * cfg.batch_size >= n
+
+
+def test_whole_passes_round_the_cap_to_passes_and_off_keeps_it():
+    cfg = TrainConfig(batch_size=8, max_steps=16, order="given")
+    assert planned_steps(157, cfg) == 20 and examples_never_trained(157, cfg) == 0  # 16 x 8 < 157: one pass
+    assert planned_steps(237, cfg) == 30  # one pass of 30 steps
+    assert planned_steps(40, cfg) == 15  # 5 steps a pass: 3.2 passes -> 3
+    exact = TrainConfig(batch_size=8, max_steps=16, order="given", whole_passes=False)
+    assert planned_steps(157, exact) == 16 and examples_never_trained(157, exact) == 29  # the old cut
+    assert planned_steps(157, TrainConfig(max_steps=-1)) == -1  # epochs decide
+
+
+def test_replicates_pool_with_a_two_level_bootstrap():
+    from flywheel.core.quality import paired_difference, replicate_difference
+
+    tasks = [f"t{i}" for i in range(40)]
+    old = {t: i < 10 for i, t in enumerate(tasks)}
+    reps = [{t: i < 10 + g for i, t in enumerate(tasks)} for g in (8, 12, 16)]  # +20, +30, +40 points
+    pooled = replicate_difference(reps, old)
+    assert pooled["n"] == 40 and pooled["replicates"] == 3
+    assert abs(pooled["delta"] - 0.3) < 1e-9 and pooled["ci_low"] < 0.3 < pooled["ci_high"] and pooled["significant"]
+    assert [round(r, 3) for r in pooled["replicate_rates"]] == [0.45, 0.55, 0.65] and abs(pooled["spread"] - 0.2) < 1e-9
+    one = paired_difference(reps[1], old)
+    assert abs(one["delta"] - pooled["delta"]) < 1e-9
+    # A replicate that lost everything pulls the pooled estimate down: one lucky run is no longer the answer.
+    split = replicate_difference([reps[0], {t: False for t in tasks}, reps[2]], old)
+    assert abs(split["delta"] - (0.2 - 0.25 + 0.4) / 3) < 1e-9 and not split["significant"]
+    assert paired_difference(reps[2], old)["significant"]
+
+
+def test_a_claim_not_run_names_the_arms_without_an_evaluation():
+    """An arm that started but evaluated nothing (its record has no outcomes) is named as missing, like an arm
+    that never ran."""
+    from types import SimpleNamespace
+
+    from flywheel.reports.results import claims
+
+    preset = SimpleNamespace(compare=[("sft", 0, "base", 0), ("bpo", 2, "base", 0)], replicates={},
+                             arm_sections=lambda arm: {})
+    records = {"base": {"outcomes": {"0|seen": {"t1": [1, 1], "t2": [0, 1]}}}, "sft": {"outcomes": {}}}
+    rows = claims(preset, records)
+    assert [(r["arm"], r["status"], r["missing"]) for r in rows] == [("sft", "not run yet", ["sft"]),
+                                                                    ("bpo", "not run yet", ["bpo"])]

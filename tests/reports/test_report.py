@@ -1,0 +1,126 @@
+"""The tables across benchmarks (`flywheel report --paper`, the paper's Table 1) are built from the specs."""
+
+import dataclasses
+from types import SimpleNamespace
+from typing import ClassVar
+
+import pytest
+
+from envs import REGISTRY
+from flywheel.config.presets import RESULTS_DIR, load_preset
+from flywheel.core import quality
+from flywheel.core.store import Store
+from flywheel.drivers.pipeline import paper_table
+from flywheel.reports import paper
+from flywheel.reports.render import render_committed
+from tests.fakes import BareSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportedSpec(BareSpec):
+    """A registered benchmark with every optional attribute the tables read."""
+
+    name: str = "bare"
+    display_name: ClassVar[str] = "Bare Bench"
+    eval_splits: ClassVar[tuple[str, ...]] = ("unseen",)
+    primary_metric: ClassVar[str] = "avg_reward"
+    paper_notes: ClassVar[tuple[str, ...]] = ("Bare Bench is a test double.",)
+
+
+REPORTED = ReportedSpec()
+
+
+def _evaluate(db: Store, bench: str, split: str, v: float, k: int = 0) -> None:
+    db.write_evaluation({"benchmark": bench, "iteration": k, "split": split, "checkpoint_id": "c",
+                         "episodes": 4, "errored": 0, "success_rate": v, "avg_reward": v / 2, "mean_steps": 1.0,
+                         "tokens_per_step": 1.0, "prompt_tokens_per_step": 1.0, "invalid_action_rate": 0.0})
+
+
+def test_paper_table_layout_and_average(tmp_path):
+    db = Store(tmp_path / "s.duckdb")
+    for bench, split, v in [("alfworld", "seen", 0.5), ("alfworld", "unseen", 0.25), ("scienceworld", "seen", 1.0),
+                            ("scienceworld", "unseen", 0.0), ("webshop", "seen", 0.4), ("webshop", "unseen", 0.4)]:
+        db.write_evaluation({"benchmark": bench, "iteration": 0, "split": split, "checkpoint_id": "c",
+                             "episodes": 4, "errored": 0, "success_rate": v, "avg_reward": v, "mean_steps": 1.0,
+                             "tokens_per_step": 1.0, "prompt_tokens_per_step": 1.0, "invalid_action_rate": 0.0})
+    db.write_evaluation({"benchmark": "scienceworld", "iteration": 1, "split": "seen", "checkpoint_id": "c",
+                         "episodes": 4, "errored": 0, "success_rate": 0.75, "avg_reward": 0.8, "mean_steps": 1.0,
+                         "tokens_per_step": 1.0, "prompt_tokens_per_step": 1.0, "invalid_action_rate": 0.0})
+    table = paper_table(db).splitlines()
+    assert table[0].startswith("| k | ALFWorld seen | ALFWorld unseen | ScienceWorld seen | ScienceWorld unseen | WebShop | average")
+    assert table[2] == "| 0 | 50.0 | 25.0 | 100.0 | 0.0 | 40.0 | 43.0 |"
+    assert table[3] == "| 1 | - | - | 75.0 | - | - | 75.0 (1/5 cols) |"
+
+
+def test_paper_table1_titles_the_registered_benchmarks_by_their_specs():
+    header, rows = paper.table1({"arms": []})
+    assert header == ["method", "ALFWorld seen", "ALFWorld unseen", "ScienceWorld seen", "ScienceWorld unseen",
+                      "WebShop avg reward"] and rows == []
+    notes = paper.paper_notes()
+    assert len(notes) == 2 and "211-task" in notes[0] and "stand-in catalog" in notes[1]
+
+
+def test_a_registered_benchmark_gets_its_columns_from_its_spec(tmp_path, monkeypatch):
+    monkeypatch.setitem(REGISTRY, "bare", "tests.reports.test_report:REPORTED")
+    db = Store(tmp_path / "s.duckdb")
+    _evaluate(db, "bare", "unseen", 0.5)
+    _evaluate(db, "bare", "seen", 0.9)  # not an evaluation split of this benchmark: no column
+    _evaluate(db, "webshop", "unseen", 0.25)
+    table = paper_table(db).splitlines()
+    assert table[0] == ("| k | ALFWorld seen | ALFWorld unseen | Bare Bench | ScienceWorld seen | ScienceWorld unseen "
+                        "| WebShop | average |")  # registry names in order: alfworld, bare, scienceworld, webshop
+    assert table[2] == "| 0 | - | - | 50.0 | - | - | 25.0 | 37.5 (2/6 cols) |"
+    assert paper_table(db, metric="avg_reward").splitlines()[2] == "| 0 | - | - | 25.0 | - | - | 12.5 | 18.8 (2/6 cols) |"
+
+    ck = {"k": 1, "checkpoint_id": "c", "buckets": [], "splits": {"unseen": {
+        "success": quality.rate(1, 2), "reward": quality.bootstrap_ratio([0.5, 1.0], [1.0, 1.0]),
+        "prompt_tokens_per_step": quality.bootstrap_ratio([], []), "tokens_per_step": quality.bootstrap_ratio([], []),
+        "mean_steps": quality.bootstrap_ratio([], []), "outcomes": {"t0": True, "t1": False}}}}
+    data = {"presets": ["bare-mini"], "fig2": {}, "figures": {}, "arms": [
+        {"preset": "bare-mini", "arm": "bpo", "benchmark": "bare", "method": "bpo", "history_mode": "fused",
+         "checkpoints": {1: ck}}]}
+    header, [row] = paper.table1(data)
+    assert header[3] == "Bare Bench avg reward" and row[3].startswith("0.750 [") and row[3].endswith("(n=2) k=1")
+    assert row[1] == row[4] == row[6] == "not run"
+    md = paper.render(data, [SimpleNamespace(benchmark="bare", notes=["preset note"])])
+    assert "; Bare Bench and WebShop average reward, tokens per step" in md
+    assert "## Table 4: SFT vs SFT+DPO vs SFT+GRPO vs BPO (bare)\n\n(No ScienceWorld experiment given" in md
+    notes = md.split("## What differs from the paper")[1]
+    assert notes.index("- Bare Bench is a test double.") < notes.index("211-task") < notes.index("- preset note")
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in RESULTS_DIR.iterdir() if (p / "results.json").exists()))
+def test_each_committed_report_is_a_rendering_of_its_results(name):
+    """Computing results and rendering them are separate: report.md comes from results.json (and the plots
+    beside it) alone, with no store."""
+    committed = (RESULTS_DIR / name / "report.md").read_text()
+    assert render_committed(load_preset(name), RESULTS_DIR / name) == committed
+    assert committed.count("## Arm `") >= 1
+
+
+def test_the_report_counts_answers_cut_by_the_generation_budget(tmp_path):
+    """An arm's results carry, per checkpoint, its trained answers' lengths (from the SFT lineage) and, per
+    evaluated split, how many evaluation answers reached max_new_tokens; the report renders them as a table."""
+    from flywheel.core.metrics import answer_lengths
+    from flywheel.core.trajectory import Step, Trajectory
+    from flywheel.reports.render import render_answer_lengths
+    from flywheel.reports.results import arm_results
+
+    db = Store(tmp_path / "a.duckdb")
+    db.record_checkpoint({"checkpoint_id": "c0", "benchmark": "b", "iteration": 0, "path": "p", "base_model": "m",
+                          "n_examples": 4, "n_trajectories": 1, "train_loss": 0.5,
+                          "lineage": {"answer_tokens": answer_lengths([50, 60, 70, 200], cap=160)}})
+    db.write_trajectories([Trajectory(
+        benchmark="b", split="unseen", task_id=f"t{i}", source="policy", iteration=0, sample=0, goal="g",
+        steps=[Step(observation="o", thought="e", plan="p", action="a", completion_tokens=n) for n in tokens])
+        for i, tokens in enumerate([[40, 160], [30], [160, 160, 20]])])
+    _evaluate(db, "b", "unseen", 0.0)
+    res = arm_results(db, "b", 0, {}, ("unseen",), max_new_tokens=160)
+    [row] = res["per_k"]
+    assert row["checkpoint"]["answer_tokens"]["at_cap"] == 1
+    assert {k: row["splits"]["unseen"]["answer_tokens"][k] for k in ("n", "at_cap", "max")} == {
+        "n": 6, "at_cap": 3, "max": 160}
+    table = "\n".join(render_answer_lengths({**res, "splits": ["unseen"]}))
+    assert "`max_new_tokens` = 160" in table and "| 0 | 60 / 200 / 200 | 1/4 | 3/6 (50.0%) |" in table
+    # an arm that recorded neither (older results) renders no table
+    assert render_answer_lengths({"splits": ["unseen"], "per_k": [{"k": 0, "splits": {"unseen": {}}}]}) == []
