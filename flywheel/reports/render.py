@@ -138,7 +138,8 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
             parts += [f"**Gate check failed** (`gated_dataset_is_usable`, an empty or malformed gated set; continued "
                       f"anyway, `continue_on_empty_gate`): {', '.join(res['empty_gates'])}"
                       + (f" ({'; '.join(why)})" if why else ""), ""]
-        stages = res.get("stages", {})
+        # In the order they ran: committed arm files keep their keys sorted (sft:0 after evaluation:2).
+        stages = dict(sorted(res.get("stages", {}).items(), key=lambda kv: kv[1].get("finished_at") or ""))
         if stages:
             total = sum(v.get("seconds", 0) for v in stages.values())
             parts += [f"Stage wall time: {total / 60:.1f} min in all; " + ", ".join(
