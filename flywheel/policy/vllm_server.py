@@ -274,7 +274,11 @@ class VLLMServer:
     # -- state ---------------------------------------------------------------------------
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self.url_on(self.port)
+
+    @staticmethod
+    def url_on(port: int | None) -> str:
+        return f"http://127.0.0.1:{port}"
 
     @property
     def log_path(self) -> Path:
@@ -522,7 +526,7 @@ class ManagedVLLMGenerator:
         client = self._client
         if client is None or self._client_port != port:
             client = StreamingOpenAIGenerator(
-                base_url=f"http://127.0.0.1:{port}/v1", model=SERVED_NAME,
+                base_url=f"{self.server.url_on(port)}/v1", model=SERVED_NAME,
                 concurrency=self.server.cfg.concurrency, timeout=self.server.cfg.request_timeout_s,
                 stop_on_loop=self.stop_on_loop,
             )
