@@ -211,7 +211,11 @@ def table2(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[s
 
 
 def table4(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[str]]]:
-    sft = _primary(_arms(data, "react-sft", benchmark=benchmark), "react-sft")
+    """Each method against one ReAct SFT: the one the DPO, GRPO and RFT arms continued from when they share
+    one (their paired difference is then their own gain), else the arm `react-sft`."""
+    sfts = _arms(data, "react-sft", benchmark=benchmark)
+    starts = {a.get("start_from") for a in _arms(data, "eto-dpo", "grpo", "rft", benchmark=benchmark)}
+    sft = next((a for a in sfts if len(starts) == 1 and a["arm"] in starts), None) or _primary(sfts, "react-sft")
     sft_ck = _final(sft) if sft else None
     rows_arm = [("SFT (ReAct)", "react-sft"), ("SFT + DPO (ETO)", "eto-dpo"), ("SFT + GRPO", "grpo"),
                 ("BPO (stage 3)", "bpo-stage3"), ("BPO", "bpo")]

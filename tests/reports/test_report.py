@@ -163,3 +163,13 @@ def test_the_stage_ablation_pairs_each_run_with_its_own_previous_stage():
     assert header[-1].startswith("vs SFT (`react-sft`)")
     assert got == {"SFT (ReAct) (`react-sft-1pass`), k=0": "-30.0", "SFT (ReAct), k=0": "-",
                    "BPO, k=2": "+10.0", "BPO (`bpo-r2`), k=2": "+30.0", "BPO (`bpo-r3`), k=2": "+20.0"}
+
+    # DPO and GRPO from a replicate ReAct SFT: that one is the reference.
+    data["arms"] += [_arm("react-sft-r2", "react-sft", {0: _ck(0, 2)}),
+                     _arm("eto-dpo", "eto-dpo", {1: _ck(1, 4)}, start_from="react-sft-r2"),
+                     _arm("grpo", "grpo", {1: _ck(1, 1)}, start_from="react-sft-r2")]
+    header, rows = paper.table4(data, "scienceworld")
+    got = {r[0]: r[-1].split(" [")[0] for r in rows}
+    assert header[-1].startswith("vs SFT (`react-sft-r2`)")
+    assert got["SFT + DPO (ETO), k=1"] == "+20.0" and got["SFT + GRPO, k=1"] == "-10.0"
+    assert got["SFT (ReAct), k=0"] == "+10.0" and got["SFT (ReAct) (`react-sft-r2`), k=0"] == "-"
