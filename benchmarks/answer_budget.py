@@ -8,7 +8,8 @@ with the preset's model tokenizer. An answer of `max_new_tokens` tokens or more 
 before its action line (`cpu-webshop` lost 54% of its evaluation steps' actions that way at 160): the
 budget should sit above the longest trained answer. Prints the distribution against the preset's budget and
 the smallest multiple of 32 above the longest answer; writes benchmarks/results/answer_budget_PRESET.json.
-(Every SFT checkpoint records the same numbers in its lineage, and experiment reports show them with the
+Also prints the whole examples' lengths (prompt + answer) against `policy.max_length`: SFT drops longer
+ones. (Every SFT checkpoint records the same numbers in its lineage, and experiment reports show them with the
 share of evaluation steps that reached the cap.)
 """
 
@@ -33,7 +34,7 @@ from flywheel.definitions import build_defs  # noqa: E402
 from flywheel.drivers.experiment import resolve_model  # noqa: E402
 from flywheel.drivers.pipeline import run_stage  # noqa: E402
 from flywheel.policy.models import load_tokenizer  # noqa: E402
-from flywheel.policy.sft import answer_tokens, sft_examples  # noqa: E402
+from flywheel.policy.sft import answer_tokens, example_tokens, sft_examples  # noqa: E402
 from flywheel.profile import Profile  # noqa: E402
 
 
@@ -61,15 +62,26 @@ def main(argv: list[str] | None = None) -> int:
         examples = sft_examples(trajs, lambda _t: spec.system_prompt(), policy.train_config().prompt)
         tok = load_tokenizer(model)
         lengths = [answer_tokens(tok, r) for r in examples]
+        whole = [example_tokens(tok, r) for r in examples]
     cap = policy.max_new_tokens
     got = answer_lengths(lengths, cap)
     suggested = 32 * (math.floor(got["max"] / 32) + 1) if got["max"] is not None else cap
     print_table(f"{preset.name} / {arm}: k=0 SFT answers in tokens ({got['n']} examples, {len(trajs)} trajectories)",
                 ["median", "p95", "max", "max_new_tokens", "at or over it", "suggested max_new_tokens"],
                 [[got["median"], got["p95"], got["max"], cap, f"{got['at_cap']}/{got['n']}", suggested]])
+    # Whole examples (prompt + answer) longer than policy.max_length are dropped by SFT, never truncated.
+    limit = policy.max_length
+    examples_got = answer_lengths(whole, limit)
+    print_table(f"{preset.name} / {arm}: k=0 SFT examples (prompt + answer) in tokens",
+                ["median", "p95", "max", "max_length", "over it (dropped by SFT)"],
+                [[examples_got["median"], examples_got["p95"], examples_got["max"], limit,
+                  f"{sum(n > limit for n in whole)}/{len(whole)}"]])
     path = write_json(f"answer_budget_{preset.name}", {"preset": preset.name, "arm": arm, "trajectories": len(trajs),
                                                        "answers": got, "suggested_max_new_tokens": suggested,
-                                                       "histogram": _histogram(lengths)})
+                                                       "histogram": _histogram(lengths),
+                                                       "examples": {**examples_got, "max_length": limit,
+                                                                    "over_max_length": sum(n > limit for n in whole),
+                                                                    "histogram": _histogram(whole, 128)}})
     print(f"\nwrote {path}")
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import time
 import warnings
@@ -637,6 +638,22 @@ def _user_error(exc: Exception, kinds: tuple[type[Exception], ...]) -> bool:
                       + ((store.ForeignStoreError, store.StoreBusyError) if store else ()))
 
 
+def stoppable_by_sigterm() -> None:
+    """Let SIGTERM stop this process even when it was started with SIGINT ignored.
+
+    A shell starts a background job (`make experiment ... &`, `nohup ... &`) with SIGINT ignored, and
+    Dagster's in-process run copies SIGINT's disposition onto SIGTERM (`setup_interrupt_handlers`), so
+    after the first run ends `kill PID` is ignored: only SIGKILL, which runs no `finally`, stopped such an
+    experiment (its vLLM server then ends by its watchdog). With SIGINT's default restored, SIGTERM raises
+    KeyboardInterrupt (inside a run, through Dagster's interrupt handling), helpers are closed on the way out,
+    and the same command later resumes from the last finished stage.
+    A background job gets no SIGINT from the terminal (Ctrl-C goes to the foreground group), so nothing
+    else changes.
+    """
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     from envs.data import MissingDataError
     from flywheel.config.validation import ConfigurationError
@@ -647,6 +664,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=r".* is currently in (beta|preview)")
     parser = build_parser()
     args = parser.parse_args(argv)
+    stoppable_by_sigterm()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # the instance's schema check: "Context impl SQLiteImpl."
     try:

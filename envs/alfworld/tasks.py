@@ -1,4 +1,4 @@
-"""ALFWorld splits as `Task` lists: train / seen / unseen, in a fixed sorted order.
+"""ALFWorld splits as `Task` lists: train / seen / unseen, in a fixed order (types interleaved, see `load_tasks`).
 
 seen = all 140 `valid_seen` games, unseen = the 134 `valid_unseen` games (the
 ETO/MPO protocol's list), train = the 3,553 `train` games. Task ids are the
@@ -7,6 +7,7 @@ relative game folders, e.g. "pick_heat_then_place_in_recep-Apple-None-GarbageCan
 
 from __future__ import annotations
 
+from itertools import zip_longest
 from pathlib import Path
 
 from envs.alfworld.data import alfworld_root, load_index
@@ -70,18 +71,25 @@ def load_tasks(
     root: str | Path | None = None,
     max_steps: int = DEFAULT_MAX_STEPS,
 ) -> list[Task]:
-    """Tasks of a split in sorted game-id order, filtered by type before `limit` applies."""
+    """Tasks of a split, filtered by type before `limit` applies: one game of each type in turn (types in
+    `TASK_TYPES` order), each type's games in sorted game-id order.
+
+    Game ids begin with their type, so sorted order groups the games by type: the first 40 training games of
+    three types would all be `look_at_obj_in_light` (308 of them), and a preset's seeds and rollout tasks
+    (a `limit` prefix) would cover one type. Interleaved, a prefix holds as many games of each type as it can,
+    give or take one.
+    """
     folder = split_folder(split)
     base = alfworld_root(root)
     games = load_index(base).get(folder, {})
     wanted = resolve_task_types(task_types)
-    tasks = []
+    by_type: dict[str, list[Task]] = {kind: [] for kind in TASK_TYPES}
     for game_id in sorted(games):
         task_type = task_type_of(game_id)
         if wanted is not None and task_type not in wanted:
             continue
         entry = games[game_id]
-        tasks.append(
+        by_type[task_type].append(
             Task(
                 benchmark=BENCHMARK,
                 split=split,
@@ -91,9 +99,9 @@ def load_tasks(
                 meta={"task_type": task_type, "split_folder": folder, "walkthrough": tuple(entry["walkthrough"])},
             )
         )
-        if limit is not None and len(tasks) >= limit:
-            break
-    return tasks
+    rounds = zip_longest(*by_type.values())
+    tasks = [task for row in rounds for task in row if task is not None]
+    return tasks if limit is None else tasks[:limit]
 
 
 def eto_unseen_ids() -> list[str]:

@@ -191,7 +191,8 @@ def unpublished_dirs(out_dir: str | Path) -> tuple[Path, Path]:
     return out, work
 
 
-def _length(tokenizer, row: dict) -> int:
+def example_tokens(tokenizer, row: dict) -> int:
+    """Tokens of a whole example (chat-templated prompt + answer), the length `max_length` is checked against."""
     text = tokenizer.apply_chat_template(row["prompt"] + row["completion"], tokenize=False)
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
@@ -225,7 +226,7 @@ def train_sft(
     base = require_model(base_model)
     tok = load_tokenizer(base)
     tok.padding_side = "right"
-    lengths = [_length(tok, r) for r in examples]
+    lengths = [example_tokens(tok, r) for r in examples]
     fits = [n <= cfg.max_length for n in lengths]
     kept, dropped = keep_fitting(examples, fits, what="example", max_length=cfg.max_length, progress=progress)
     micro, accum = micro_batching(cfg)

@@ -61,7 +61,7 @@ def collect(presets: list[tuple[Preset, Path]], committed: Path | None = RESULTS
             sections = preset.arm_sections(arm)
             entry = {"preset": preset.name, "arm": arm, "benchmark": preset.benchmark, "method": preset.method(arm),
                      "history_mode": sections.get("policy", {}).get("history_mode", "fused"), "checkpoints": {},
-                     "origin": "not run"}
+                     "start_from": sections.get("method", {}).get("start_from"), "origin": "not run"}
             recorded = read_arm(committed / preset.name, arm) if committed is not None else None
             if db_path.exists():
                 check_store(db_path)  # read whole, read-only: a damaged store is refused before anything is written
@@ -168,27 +168,54 @@ def _splits(arms: list[dict[str, Any]]) -> list[str]:
     return sorted(seen, key=lambda s: ("seen", "unseen").index(s) if s in ("seen", "unseen") else 2)
 
 
+def _start(data: dict[str, Any], arm: dict[str, Any]) -> dict[str, Any] | None:
+    """The k=0 a stage-3 arm continued from: its own evaluated checkpoint 0, else its `start_from` arm's."""
+    if 0 in arm["checkpoints"]:
+        return arm["checkpoints"][0]
+    source = next((a for a in data["arms"] if a["preset"] == arm["preset"] and a["arm"] == arm.get("start_from")),
+                  None)
+    return source["checkpoints"].get(0) if source else None
+
+
+def _primary(arms: list[dict[str, Any]], method: str) -> dict[str, Any] | None:
+    """The arm named after its method (`react-sft`), else the first: a variant (`react-sft-1pass`) is not the
+    reference its method's comparisons are made against."""
+    return next((a for a in arms if a["arm"] == method), arms[0] if arms else None)
+
+
 def table2(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[str]]]:
-    rows_ck: list[tuple[str, dict[str, Any]]] = []
+    """Base, + stage 1, + stage 2: each against the row before. Stage 3 (k = 1..K), per run: each k against
+    that run's k-1, from the k=0 it continued from (a replicate that retrained its k=0 gets a stage-2 row)."""
+    rows_ck: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = []
+    prev = None
     for method, name in (("base", "base"), ("bpo-stage1", "+ stage 1"), ("bpo-stage2", "+ stage 2")):
+        if method == "bpo-stage2":
+            before_stage2 = prev
         for a in _arms(data, method, benchmark=benchmark):
-            rows_ck.append((name + ("" if a["arm"] == method else f" (`{a['arm']}`)"), _final(a)))
+            ck = _final(a)
+            rows_ck.append((name + ("" if a["arm"] == method else f" (`{a['arm']}`)"), ck, prev))
+            prev = ck
     for a in _arms(data, "bpo-stage3", "bpo", benchmark=benchmark):
-        for k in sorted(a["checkpoints"]):
-            if k >= 1:
-                rows_ck.append((f"+ stage 3, k={k}" + ("" if a["arm"] in ("bpo-stage3", "bpo") else f" (`{a['arm']}`)"),
-                                a["checkpoints"][k]))
+        tag = "" if a["arm"] in ("bpo-stage3", "bpo") else f" (`{a['arm']}`)"
+        prev = _start(data, a)
+        if 0 in a["checkpoints"]:
+            rows_ck.append((f"+ stage 2{tag}, its own k=0", a["checkpoints"][0], before_stage2))
+        for k in sorted(k for k in a["checkpoints"] if k >= 1):
+            rows_ck.append((f"+ stage 3, k={k}{tag}", a["checkpoints"][k], prev))
+            prev = a["checkpoints"][k]
     splits = _splits([a for a in data["arms"] if a["benchmark"] == benchmark])
-    rows, prev = [], None
-    for name, ck in rows_ck:
-        rows.append([name] + [_rate_cell(ck["splits"].get(s, {}).get("success")) for s in splits]
-                    + [_diff_cell(_paired(ck, prev))])
-        prev = ck
-    return ["row"] + [f"{s} success % [95% CI]" for s in splits] + ["vs row above, pts (paired, all splits)"], rows
+    rows = [[name] + [_rate_cell(ck["splits"].get(s, {}).get("success")) for s in splits]
+            + [_diff_cell(_paired(ck, before))] for name, ck, before in rows_ck]
+    return (["row"] + [f"{s} success % [95% CI]" for s in splits]
+            + ["vs the stage before, pts (paired, all splits)"], rows)
 
 
 def table4(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[str]]]:
-    sft = next(iter(_arms(data, "react-sft", benchmark=benchmark)), None)
+    """Each method against one ReAct SFT: the one the DPO, GRPO and RFT arms continued from when they share
+    one (their paired difference is then their own gain), else the arm `react-sft`."""
+    sfts = _arms(data, "react-sft", benchmark=benchmark)
+    starts = {a.get("start_from") for a in _arms(data, "eto-dpo", "grpo", "rft", benchmark=benchmark)}
+    sft = next((a for a in sfts if len(starts) == 1 and a["arm"] in starts), None) or _primary(sfts, "react-sft")
     sft_ck = _final(sft) if sft else None
     rows_arm = [("SFT (ReAct)", "react-sft"), ("SFT + DPO (ETO)", "eto-dpo"), ("SFT + GRPO", "grpo"),
                 ("BPO (stage 3)", "bpo-stage3"), ("BPO", "bpo")]
@@ -199,8 +226,9 @@ def table4(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[s
             ck = _final(a)
             rows.append([f"{name}" + ("" if a["arm"] == method else f" (`{a['arm']}`)") + f", k={ck['k']}"]
                         + [_rate_cell(ck["splits"].get(s, {}).get("success")) for s in splits]
-                        + [_diff_cell(_paired(ck, sft_ck)) if method != "react-sft" else "-"])
-    return ["method"] + [f"{s} success % [95% CI]" for s in splits] + ["vs SFT, pts (paired, all splits)"], rows
+                        + [_diff_cell(_paired(ck, sft_ck)) if a is not sft else "-"])
+    header_sft = f"vs SFT (`{sft['arm']}`)" if sft else "vs SFT"
+    return ["method"] + [f"{s} success % [95% CI]" for s in splits] + [f"{header_sft}, pts (paired, all splits)"], rows
 
 
 def table5(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[str]]]:

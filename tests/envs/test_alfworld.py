@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ from envs.alfworld import worker as alf_worker  # noqa: E402
 from envs.alfworld.env import strip_banner  # noqa: E402
 from envs.alfworld.expert import choose  # noqa: E402
 from envs.alfworld.prompts import describe_action, normalize_action  # noqa: E402
-from envs.alfworld.tasks import TASK_TYPES, eto_unseen_ids, split_folder  # noqa: E402
+from envs.alfworld.tasks import ALIASES, TASK_TYPES, eto_unseen_ids, split_folder, task_type_of  # noqa: E402
 from envs.base import EnvError, Task  # noqa: E402
 from envs.data import MissingDataError  # noqa: E402
 from tests.signal_support import parent_sigterm, sigterm_state  # noqa: E402
@@ -80,16 +81,31 @@ def test_split_counts_and_order():
     assert counts == {"train": 3553, "seen": 140, "unseen": 134}
     tasks = SPEC.load_tasks("seen")
     ids = [t.task_id for t in tasks]
-    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert len(set(ids)) == len(ids)
+    for kind in TASK_TYPES:  # each type's games in sorted order
+        of_kind = [i for i in ids if task_type_of(i) == kind]
+        assert of_kind == sorted(of_kind)
     assert all(t.max_steps == 40 and t.benchmark == "alfworld" and t.goal for t in tasks)
     assert [t.task_id for t in SPEC.load_tasks("seen", limit=5)] == ids[:5]
+
+
+def test_a_limited_prefix_covers_every_type():
+    """Sorted ids group games by type: a prefix of three types' training games must not be one type."""
+    tasks = SPEC.load_tasks("train", task_types=("pick", "look", "heat"), limit=40)
+    counts = Counter(t.meta["task_type"] for t in tasks)
+    assert len(tasks) == 40 and set(counts) == {ALIASES[a] for a in ("pick", "look", "heat")}
+    assert max(counts.values()) - min(counts.values()) <= 1
+    # A type that runs out leaves the others to fill the prefix.
+    seen = SPEC.load_tasks("seen", task_types=("look", "pick"))
+    assert Counter(t.meta["task_type"] for t in seen) == {"pick_and_place_simple": 35, "look_at_obj_in_light": 13}
+    assert {t.meta["task_type"] for t in seen[-(35 - 13):]} == {"pick_and_place_simple"}
 
 
 def test_unseen_split_is_the_eto_list():
     ours = [t.task_id for t in SPEC.load_tasks("unseen")]
     eto = eto_unseen_ids()
     assert len(eto) == 134
-    assert sorted(eto) == ours
+    assert sorted(eto) == sorted(ours)
 
 
 def test_task_type_filter_and_aliases():

@@ -124,3 +124,52 @@ def test_the_report_counts_answers_cut_by_the_generation_budget(tmp_path):
     assert "`max_new_tokens` = 160" in table and "| 0 | 60 / 200 / 200 | 1/4 | 3/6 (50.0%) |" in table
     # an arm that recorded neither (older results) renders no table
     assert render_answer_lengths({"splits": ["unseen"], "per_k": [{"k": 0, "splits": {"unseen": {}}}]}) == []
+
+
+def _ck(k: int, wins: int, n: int = 10) -> dict:
+    """A checkpoint that solved tasks t0..t(wins-1) of n (so any two pair up exactly)."""
+    return {"k": k, "splits": {"unseen": {"success": quality.rate(wins, n),
+                                          "outcomes": {f"t{i}": i < wins for i in range(n)}}}}
+
+
+def _arm(arm: str, method: str, checkpoints: dict, start_from: str | None = None) -> dict:
+    return {"preset": "p", "arm": arm, "benchmark": "scienceworld", "method": method, "history_mode": "fused",
+            "start_from": start_from, "checkpoints": checkpoints}
+
+
+def test_the_stage_ablation_pairs_each_run_with_its_own_previous_stage():
+    """A replicate's k=1 is compared with the k=0 it continued from (its own, or its start_from arm's), not
+    with the last row of the run listed above it; Table 4 compares against `react-sft`, not a variant."""
+    data = {"arms": [
+        _arm("base", "base", {0: _ck(0, 0)}),
+        _arm("bpo-stage2", "bpo-stage2", {0: _ck(0, 1)}),
+        _arm("bpo", "bpo", {1: _ck(1, 2), 2: _ck(2, 4)}, start_from="bpo-stage2"),
+        _arm("bpo-r2", "bpo", {0: _ck(0, 3), 1: _ck(1, 5), 2: _ck(2, 6)}, start_from="bpo-stage2"),
+        _arm("bpo-r3", "bpo", {1: _ck(1, 7), 2: _ck(2, 5)}, start_from="bpo-r2"),
+        _arm("react-sft-1pass", "react-sft", {0: _ck(0, 0)}),
+        _arm("react-sft", "react-sft", {0: _ck(0, 3)}),
+    ]}
+    header, rows = paper.table2(data, "scienceworld")
+    got = {r[0]: r[-1].split(" [")[0] for r in rows}
+    assert header[-1].startswith("vs the stage before")
+    assert got == {"base": "-", "+ stage 2": "+10.0",
+                   "+ stage 3, k=1": "+10.0", "+ stage 3, k=2": "+20.0",  # bpo: from bpo-stage2's k=0 (1 of 10)
+                   "+ stage 2 (`bpo-r2`), its own k=0": "+30.0",  # against base, the stage before
+                   "+ stage 3, k=1 (`bpo-r2`)": "+20.0", "+ stage 3, k=2 (`bpo-r2`)": "+10.0",
+                   "+ stage 3, k=1 (`bpo-r3`)": "+40.0",  # from bpo-r2's k=0 (3 of 10)
+                   "+ stage 3, k=2 (`bpo-r3`)": "-20.0"}
+    header, rows = paper.table4(data, "scienceworld")
+    got = {r[0]: r[-1].split(" [")[0] for r in rows}
+    assert header[-1].startswith("vs SFT (`react-sft`)")
+    assert got == {"SFT (ReAct) (`react-sft-1pass`), k=0": "-30.0", "SFT (ReAct), k=0": "-",
+                   "BPO, k=2": "+10.0", "BPO (`bpo-r2`), k=2": "+30.0", "BPO (`bpo-r3`), k=2": "+20.0"}
+
+    # DPO and GRPO from a replicate ReAct SFT: that one is the reference.
+    data["arms"] += [_arm("react-sft-r2", "react-sft", {0: _ck(0, 2)}),
+                     _arm("eto-dpo", "eto-dpo", {1: _ck(1, 4)}, start_from="react-sft-r2"),
+                     _arm("grpo", "grpo", {1: _ck(1, 1)}, start_from="react-sft-r2")]
+    header, rows = paper.table4(data, "scienceworld")
+    got = {r[0]: r[-1].split(" [")[0] for r in rows}
+    assert header[-1].startswith("vs SFT (`react-sft-r2`)")
+    assert got["SFT + DPO (ETO), k=1"] == "+20.0" and got["SFT + GRPO, k=1"] == "-10.0"
+    assert got["SFT (ReAct), k=0"] == "+10.0" and got["SFT (ReAct) (`react-sft-r2`), k=0"] == "-"
