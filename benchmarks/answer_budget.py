@@ -72,15 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     # Whole examples (prompt + answer) longer than policy.max_length are dropped by SFT, never truncated.
     limit = policy.max_length
     examples_got = answer_lengths(whole, limit)
+    over = sum(n > limit for n in whole)  # SFT keeps an example of exactly max_length tokens
     print_table(f"{preset.name} / {arm}: k=0 SFT examples (prompt + answer) in tokens",
                 ["median", "p95", "max", "max_length", "over it (dropped by SFT)"],
-                [[examples_got["median"], examples_got["p95"], examples_got["max"], limit,
-                  f"{sum(n > limit for n in whole)}/{len(whole)}"]])
+                [[examples_got["median"], examples_got["p95"], examples_got["max"], limit, f"{over}/{len(whole)}"]])
     path = write_json(f"answer_budget_{preset.name}", {"preset": preset.name, "arm": arm, "trajectories": len(trajs),
                                                        "answers": got, "suggested_max_new_tokens": suggested,
                                                        "histogram": _histogram(lengths),
                                                        "examples": {**examples_got, "max_length": limit,
-                                                                    "over_max_length": sum(n > limit for n in whole),
+                                                                    "over_max_length": over,
                                                                     "histogram": _histogram(whole, 128)}})
     print(f"\nwrote {path}")
     return 0

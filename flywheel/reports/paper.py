@@ -187,9 +187,9 @@ def table2(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[s
     """Base, + stage 1, + stage 2: each against the row before. Stage 3 (k = 1..K), per run: each k against
     that run's k-1, from the k=0 it continued from (a replicate that retrained its k=0 gets a stage-2 row)."""
     rows_ck: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = []
-    prev = None
+    prev = before_stage2 = None
     for method, name in (("base", "base"), ("bpo-stage1", "+ stage 1"), ("bpo-stage2", "+ stage 2")):
-        if method == "bpo-stage2":
+        if method == "bpo-stage2":  # a replicate's own k=0 is compared with the stage before stage 2
             before_stage2 = prev
         for a in _arms(data, method, benchmark=benchmark):
             ck = _final(a)
