@@ -27,6 +27,20 @@ def _ci(r: dict[str, Any]) -> str:
     return f"{_pct(r['rate'])} [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}] ({r['successes']}/{r['n']})"
 
 
+def _reward(split: dict[str, Any]) -> str:
+    """A split's average reward with its bootstrap interval over episodes (older arm files have the mean only)."""
+    r = split.get("reward")
+    if not r or r.get("value") is None:
+        return f"{split['avg_reward']:.3f}" if split.get("avg_reward") is not None else "-"
+    return f"{r['value']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+
+
+def _reward_delta(d: dict[str, Any] | None) -> str:
+    if not d or not d.get("n"):
+        return "-"
+    return f"{d['delta']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
+
+
 def _md(header: list[str], rows: list[list[Any]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
@@ -60,9 +74,10 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
     parts = [f"# Experiment `{preset.name}`: {preset.benchmark}, K={preset.iterations}, model {preset.model}", ""]
     if preset.description:
         parts += [preset.description.strip(), ""]
-    parts += ["Success rates in percent with 95% Wilson intervals and (successes/n); greedy evaluation, the same "
-              "tasks for every checkpoint. Differences are paired over tasks: mean difference with a 95% paired "
-              "bootstrap interval (10,000 resamples), tasks gained/lost and the exact McNemar p.", ""]
+    parts += ["Success rates in percent with 95% Wilson intervals and (successes/n); average reward with a 95% "
+              "bootstrap interval over episodes; greedy evaluation, the same tasks for every checkpoint. Differences "
+              "are paired over tasks: mean difference with a 95% paired bootstrap interval (10,000 resamples for "
+              "success, 2,000 for reward), tasks gained/lost and the exact McNemar p.", ""]
     parts += render_claims(results.get("claims") or [])
     for arm, res in results["arms"].items():
         parts += [f"## Arm `{arm}`", ""]
@@ -82,21 +97,23 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
                       + (f"; **k=0 retrained here differs from arm `{prov['k0_drift']['retrained_for']}`'s**"
                          if prov.get("k0_drift") else "") + ".", ""]
         splits = res["splits"]
-        header = ["k"] + [f"{s} success % [95% CI] (s/n)" for s in splits] + [f"{s} avg reward" for s in splits]
+        header = ["k"] + [f"{s} success % [95% CI] (s/n)" for s in splits] + [f"{s} avg reward [95% CI]" for s in splits]
         rows = []
         for r in res["per_k"]:
             if not r["splits"]:
                 continue
             rows.append([r["k"]] + [_ci(r["splits"][s]) if s in r["splits"] else "-" for s in splits]
-                        + [f"{r['splits'][s]['avg_reward']:.3f}" if s in r["splits"] else "-" for s in splits])
+                        + [_reward(r["splits"][s]) if s in r["splits"] else "-" for s in splits])
         parts += [_md(header, rows) if rows else "No checkpoint evaluated yet.", ""]
         if res["comparisons"]:
             parts += ["**Differences** (paired over the same tasks):", ""]
-            parts += [_md(["comparison", "split", "n", "delta (pts)", "95% CI (pts)", "gained", "lost", "McNemar p", "excludes 0"],
+            parts += [_md(["comparison", "split", "n", "delta (pts)", "95% CI (pts)", "gained", "lost", "McNemar p", "excludes 0",
+                           "avg reward delta [95% CI]"],
                           [[f"k={c['new']} vs k={c['old']}" + (f" (arm `{c['old_arm']}`)" if c.get("old_arm") else ""),
                             c["split"], c["n"], f"{100 * c['delta']:+.1f}",
                             f"[{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}]", c["gained"], c["lost"],
-                            f"{c['mcnemar_p']:.3g}", "yes" if c["significant"] else "no"] for c in res["comparisons"]]), ""]
+                            f"{c['mcnemar_p']:.3g}", "yes" if c["significant"] else "no", _reward_delta(c.get("reward"))]
+                           for c in res["comparisons"]]), ""]
         flow = []
         for r in res["per_k"]:
             ck, ro, g = r.get("checkpoint", {}), r.get("rollouts"), r.get("gate")

@@ -19,7 +19,14 @@ from flywheel.core.provenance import (
     read_arm,
     weights_sha256,
 )
-from flywheel.core.quality import arm_checkpoints, paired_difference, replicate_difference, wilson_interval
+from flywheel.core.quality import (
+    arm_checkpoints,
+    bootstrap_ratio,
+    paired_bootstrap,
+    paired_difference,
+    replicate_difference,
+    wilson_interval,
+)
 from flywheel.core.store import Store
 from flywheel.resources import EnvResource
 from flywheel.rollout.engine import RolloutConfig
@@ -30,6 +37,15 @@ log = logging.getLogger(__name__)
 def _rate(successes: int, n: int) -> dict[str, Any]:
     lo, hi = wilson_interval(successes, n)
     return {"n": n, "successes": successes, "rate": successes / n if n else 0.0, "ci_low": lo, "ci_high": hi}
+
+
+def reward_difference(new: dict[str, tuple[bool, float]], old: dict[str, tuple[bool, float]]) -> dict[str, Any]:
+    """Mean reward(new) - mean reward(old) over the tasks both played, with a paired bootstrap 95% interval
+    (the average-reward counterpart of `paired_difference`; WebShop's usual metric). Values map task ->
+    (success, reward)."""
+    common = sorted(set(new) & set(old))
+    d, lo, hi = paired_bootstrap([(float(new[t][1]), float(old[t][1])) for t in common])
+    return {"n": len(common), "delta": d, "ci_low": lo, "ci_high": hi}
 
 
 def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[str, Any],
@@ -65,7 +81,9 @@ def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[st
                 continue
             ev = evals[(k, s)]
             succ = sum(ok for ok, _ in out.values())
+            rewards = [float(r) for _, r in out.values()]
             row["splits"][s] = {**_rate(succ, len(out)), "avg_reward": ev["avg_reward"], "errored": ev["errored"],
+                                "reward": bootstrap_ratio(rewards, [1.0] * len(rewards)),
                                 "mean_steps": ev["mean_steps"], "invalid_action_rate": ev["invalid_action_rate"],
                                 "prompt_tokens_per_step": ev["prompt_tokens_per_step"]}
             if max_new_tokens:
@@ -118,13 +136,12 @@ def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[st
         pairs.append((evaluated[-1], 0))
     for new, old in pairs:
         for s in (*splits, "all") if len(splits) > 1 else splits:
-            if s == "all":
-                a = {f"{sp}/{t}": v[0] for sp in splits for t, v in outcomes[(new, sp)].items()}
-                b = {f"{sp}/{t}": v[0] for sp in splits for t, v in outcomes[(old, sp)].items()}
-            else:
-                a = {t: v[0] for t, v in outcomes[(new, s)].items()}
-                b = {t: v[0] for t, v in outcomes[(old, s)].items()}
-            comparisons.append({"new": new, "old": old, "split": s, **paired_difference(a, b),
+            pick = splits if s == "all" else [s]
+            a = {f"{sp}/{t}": v for sp in pick for t, v in outcomes[(new, sp)].items()}
+            b = {f"{sp}/{t}": v for sp in pick for t, v in outcomes[(old, sp)].items()}
+            comparisons.append({"new": new, "old": old, "split": s,
+                                **paired_difference({t: v[0] for t, v in a.items()}, {t: v[0] for t, v in b.items()}),
+                                "reward": reward_difference(a, b),
                                 **({"old_arm": k0_arm} if old == 0 and k0_arm else {})})
     return {"per_k": per_k, "comparisons": comparisons, "seed_tasks": len(seeds),
             "by_task_type": success_by_type(per_task_counts, types_of or {}),

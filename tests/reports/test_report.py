@@ -126,6 +126,34 @@ def test_the_report_counts_answers_cut_by_the_generation_budget(tmp_path):
     assert render_answer_lengths({"splits": ["unseen"], "per_k": [{"k": 0, "splits": {"unseen": {}}}]}) == []
 
 
+def test_the_report_gives_average_reward_an_interval_and_a_paired_difference(tmp_path):
+    """Average reward (WebShop's metric) gets a bootstrap interval over episodes per checkpoint and a paired
+    bootstrap difference between checkpoints, beside the success rate's; the report renders both."""
+    from flywheel.core.trajectory import Step, Trajectory
+    from flywheel.reports.render import render_markdown
+    from flywheel.reports.results import arm_results
+
+    db = Store(tmp_path / "a.duckdb")
+    rewards = {0: [0.0, 0.5, 0.5, 1.0], 1: [0.5, 0.5, 1.0, 1.0]}
+    for k, rs in rewards.items():
+        db.write_trajectories([Trajectory(
+            benchmark="b", split="unseen", task_id=f"t{i}", source="policy", iteration=k, sample=0, goal="g",
+            steps=[Step(observation="o", thought="e", plan="p", action="a")], success=r == 1.0, reward=r)
+            for i, r in enumerate(rs)])
+        _evaluate(db, "b", "unseen", sum(r == 1.0 for r in rs) / 4, k=k)
+    res = arm_results(db, "b", 1, {}, ("unseen",))
+    r0, r1 = (row["splits"]["unseen"]["reward"] for row in res["per_k"])
+    assert (r0["n"], r0["value"], r1["value"]) == (4, 0.5, 0.75)
+    assert 0.0 <= r0["ci_low"] < 0.5 < r0["ci_high"] <= 1.0
+    [c] = res["comparisons"]
+    assert (c["new"], c["old"], c["reward"]["n"], c["reward"]["delta"]) == (1, 0, 4, 0.25)
+    assert c["reward"]["ci_low"] >= 0.0 and c["reward"]["ci_high"] <= 0.5  # every task gained or held
+    preset = SimpleNamespace(name="p", benchmark="b", iterations=1, model="m", description="", notes=[])
+    md = render_markdown({"arms": {"a": {**res, "splits": ["unseen"], "config": {}, "provenance": {}}},
+                          "arm_comparisons": [], "claims": []}, preset)
+    assert f"| 0.500 [{r0['ci_low']:.3f}, {r0['ci_high']:.3f}] |" in md and "| +0.250 [" in md
+
+
 def _ck(k: int, wins: int, n: int = 10) -> dict:
     """A checkpoint that solved tasks t0..t(wins-1) of n (so any two pair up exactly)."""
     return {"k": k, "splits": {"unseen": {"success": quality.rate(wins, n),
