@@ -197,22 +197,23 @@ def render_claims(rows: list[dict[str, Any]]) -> list[str]:
         name = f"`{r['arm']}`@{r['k'] if r['k'] is not None else 'last'} vs `{r['reference']}`@" \
                f"{r['reference_k'] if r['reference_k'] is not None else 'last'}"
         if r.get("status"):
-            table.append([name, "-", "-", f"not run yet (missing: {', '.join(r['missing'])})", "-", "-", "-"])
+            table.append([name, "-", "-", f"not run yet (missing: {', '.join(r['missing'])})", "-", "-", "-", "-"])
             continue
         for m, d in r["replicates"].items():
             table.append([name, r["split"], f"`{m}`", diff(d), f"{d['gained']}/{d['lost']}", f"{d['mcnemar_p']:.3g}",
-                          "yes" if d["significant"] else "no"])
+                          "yes" if d["significant"] else "no", _reward_delta(d.get("reward"))])
         if p := r.get("pooled"):
             rates = ", ".join(f"{100 * x:.0f}" for x in p["replicate_rates"])
             table.append([name, r["split"], f"pooled over {p['replicates']} (rates {rates}; spread "
                           f"{100 * p['spread']:.0f} pts" + (f"; not run: {', '.join(r['missing'])}" if r["missing"] else "")
-                          + ")", diff(p), "-", "-", "yes" if p["significant"] else "no"])
+                          + ")", diff(p), "-", "-", "yes" if p["significant"] else "no", "-"])
     return ["## Claims", "",
             "Each claim paired over the same tasks (per split and pooled over splits, n in each arm's table): "
             "per run, the mean difference with a 95% paired bootstrap interval (10,000 resamples), tasks "
             "gained/lost and the exact McNemar p; pooled over replicate runs, a two-level bootstrap (tasks, then "
             "replicates, 2,000 resamples).", "",
-            _md(["claim", "split", "run", "delta (pts) [95% CI]", "gained/lost", "McNemar p", "excludes 0"], table), ""]
+            _md(["claim", "split", "run", "delta (pts) [95% CI]", "gained/lost", "McNemar p", "excludes 0",
+                 "avg reward delta [95% CI]"], table), ""]
 
 
 def _err(r: dict[str, Any], side: str) -> float:

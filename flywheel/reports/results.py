@@ -39,12 +39,11 @@ def _rate(successes: int, n: int) -> dict[str, Any]:
     return {"n": n, "successes": successes, "rate": successes / n if n else 0.0, "ci_low": lo, "ci_high": hi}
 
 
-def reward_difference(new: dict[str, tuple[bool, float]], old: dict[str, tuple[bool, float]]) -> dict[str, Any]:
-    """Mean reward(new) - mean reward(old) over the tasks both played, with a paired bootstrap 95% interval
-    (the average-reward counterpart of `paired_difference`; WebShop's usual metric). Values map task ->
-    (success, reward)."""
+def reward_difference(new: dict[str, float], old: dict[str, float]) -> dict[str, Any]:
+    """Mean reward(new) - mean reward(old) over the tasks both played (task -> reward), with a paired bootstrap
+    95% interval: the average-reward counterpart of `paired_difference` (WebShop's usual metric)."""
     common = sorted(set(new) & set(old))
-    d, lo, hi = paired_bootstrap([(float(new[t][1]), float(old[t][1])) for t in common])
+    d, lo, hi = paired_bootstrap([(float(new[t]), float(old[t])) for t in common])
     return {"n": len(common), "delta": d, "ci_low": lo, "ci_high": hi}
 
 
@@ -141,7 +140,7 @@ def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[st
             b = {f"{sp}/{t}": v for sp in pick for t, v in outcomes[(old, sp)].items()}
             comparisons.append({"new": new, "old": old, "split": s,
                                 **paired_difference({t: v[0] for t, v in a.items()}, {t: v[0] for t, v in b.items()}),
-                                "reward": reward_difference(a, b),
+                                "reward": reward_difference({t: v[1] for t, v in a.items()}, {t: v[1] for t, v in b.items()}),
                                 **({"old_arm": k0_arm} if old == 0 and k0_arm else {})})
     return {"per_k": per_k, "comparisons": comparisons, "seed_tasks": len(seeds),
             "by_task_type": success_by_type(per_task_counts, types_of or {}),
@@ -181,16 +180,17 @@ def collect_results(preset: Preset, runs: Path, results: Path | None = None) -> 
     return out
 
 
-def claim_outcomes(preset: Preset, records: dict[str, dict[str, Any]], arm: str,
-                   k: int | None) -> tuple[int, dict[str, dict[str, bool]]] | None:
+def claim_outcomes(preset: Preset, records: dict[str, dict[str, Any]], arm: str, k: int | None,
+                   *, reward: bool = False) -> tuple[int, dict[str, dict[str, Any]]] | None:
     """(k, {split: {task: success}}) of an arm at k (None: its last evaluated k); a k=0 that the arm took from
-    its start arm without evaluating it again is that arm's evaluation of the same weights."""
+    its start arm without evaluating it again is that arm's evaluation of the same weights. `reward`: task ->
+    reward instead of success."""
     if arm not in records:
         return None
-    own = outcomes_of(records[arm])
+    own = outcomes_of(records[arm], reward=reward)
     source = preset.arm_sections(arm).get("method", {}).get("start_from")
     if k == 0 and not any(kk == 0 for kk, _ in own) and source in records:
-        own = {key: v for key, v in outcomes_of(records[source]).items() if key[0] == 0}
+        own = {key: v for key, v in outcomes_of(records[source], reward=reward).items() if key[0] == 0}
     ks = sorted({kk for kk, _ in own})
     k = ks[-1] if k is None and ks else k
     splits = {s: v for (kk, s), v in own.items() if kk == k}
@@ -212,14 +212,18 @@ def claims(preset: Preset, records: dict[str, dict[str, Any]]) -> list[dict[str,
                          "missing": [m for m in members if m not in news] + ([ref] if old is None else [])})
             continue
         kk = next(iter(news.values()))[0]
+        old_rewards = claim_outcomes(preset, records, ref, kref, reward=True)
+        rewards = {m: claim_outcomes(preset, records, m, k, reward=True) for m in news}
         splits = [s for s in old[1] if all(s in n[1] for n in news.values())]
         for s in (*splits, "all") if len(splits) > 1 else splits:
             pick = splits if s == "all" else [s]
 
-            def flat(by_split: dict[str, dict[str, bool]]) -> dict[str, bool]:
+            def flat(by_split: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 return {f"{sp}/{t}": v for sp in pick for t, v in by_split[sp].items()}  # noqa: B023
 
             per = {m: paired_difference(flat(n[1]), flat(old[1])) for m, n in news.items()}
+            for m, d in per.items():  # the same pairs in average reward
+                d["reward"] = reward_difference(flat(rewards[m][1]), flat(old_rewards[1]))
             row = {"arm": arm, "k": kk, "reference": ref, "reference_k": old[0], "split": s, "replicates": per}
             if len(members) > 1:
                 row["pooled"] = replicate_difference([flat(n[1]) for n in news.values()], flat(old[1]))
@@ -235,9 +239,10 @@ def supersedes(record: dict[str, Any], committed: dict[str, Any]) -> bool:
     return same or len(record["results"]["stages"]) >= len(committed["results"]["stages"])
 
 
-def outcomes_of(record: dict[str, Any]) -> dict[tuple[int, str], dict[str, bool]]:
-    """{(k, split): {task: success}} of an arm's own evaluations."""
-    return {(int(key.split("|")[0]), key.split("|")[1]): {t: bool(v[0]) for t, v in tasks.items()}
+def outcomes_of(record: dict[str, Any], *, reward: bool = False) -> dict[tuple[int, str], dict[str, Any]]:
+    """{(k, split): {task: success}} of an arm's own evaluations ({task: reward} with `reward`)."""
+    return {(int(key.split("|")[0]), key.split("|")[1]):
+            {t: float(v[1]) if reward else bool(v[0]) for t, v in tasks.items()}
             for key, tasks in record["outcomes"].items()}
 
 

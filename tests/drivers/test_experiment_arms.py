@@ -159,3 +159,18 @@ def test_a_claim_not_run_names_the_arms_without_an_evaluation():
     rows = claims(preset, records)
     assert [(r["arm"], r["status"], r["missing"]) for r in rows] == [("sft", "not run yet", ["sft"]),
                                                                     ("bpo", "not run yet", ["bpo"])]
+
+
+def test_a_claim_pairs_average_reward_over_the_same_tasks_as_success():
+    """Each claim carries the paired average-reward difference (WebShop's metric) beside the success one."""
+    from types import SimpleNamespace
+
+    from flywheel.reports.results import claims
+
+    preset = SimpleNamespace(compare=[("bpo", 2, "base", 0)], replicates={}, arm_sections=lambda arm: {})
+    records = {"base": {"outcomes": {"0|unseen": {"t1": [0, 0.5], "t2": [0, 0.25], "t3": [1, 1.0]}}},
+               "bpo": {"outcomes": {"2|unseen": {"t1": [1, 1.0], "t2": [0, 0.75], "t4": [1, 1.0]}}}}
+    [row] = claims(preset, records)
+    d = row["replicates"]["bpo"]
+    assert (d["n"], d["gained"], d["lost"], d["delta"]) == (2, 1, 0, 0.5)  # t1, t2 only: t3/t4 are unpaired
+    assert (d["reward"]["n"], d["reward"]["delta"]) == (2, 0.5)  # (+0.5 + 0.5) / 2
