@@ -35,7 +35,7 @@ from envs.owned import OwnedProcess
 if TYPE_CHECKING:
     from envs.alfworld.synthesis import AlfWorldSynthesizer
 
-EXPERT_CACHE_VERSION = 1  # bump when the expert's behaviour changes
+EXPERT_CACHE_VERSION = 2  # bump when the expert's behaviour changes (2: paths without `look`)
 
 
 def expert_worker() -> OwnedProcess[WorkerClient]:

@@ -424,7 +424,11 @@ def test_spec_expert_actions_uses_handcoded_expert(root, tmp_path, monkeypatch):
     spec = AlfWorldSpec(root=str(root))
     record = spec.expert_result(task)
     assert record["handcoded"]["won"] and record["source"] == "handcoded" and record["walkthrough_won"]
-    assert record["actions"][0] == "look"  # ALFWorld's AlfredExpert always starts with "look"
+    assert record["handcoded"]["actions"][0] == "look"  # ALFWorld's AlfredExpert always starts with "look"
+    assert record["actions"] == [a for a in record["handcoded"]["actions"] if a != "look"]  # no-ops dropped
+    with AlfWorldEnv() as environment:  # and the path without them still wins
+        environment.reset(task)
+        assert [environment.step(a) for a in record["actions"]][-1].success
     assert list(tmp_path.glob("alfworld_expert/*.json"))  # cached for the next call
     assert spec.expert_actions(task) == record["actions"]
     given = Task(**{**task.__dict__, "expert_actions": ("a", "b")})
