@@ -206,6 +206,7 @@ class ManagedVLLMPolicy(PolicyResource):
     concurrency: int = same_as(VLLMServerConfig, "concurrency")
     max_restarts: int = same_as(VLLMServerConfig, "max_restarts", sft0=False)
     seeded_requests: bool | None = same_as(VLLMServerConfig, "seeded_requests", sft0=False)
+    cpu_all_cores: bool | None = same_as(VLLMServerConfig, "cpu_all_cores", sft0=False)
     keep_server: bool = setting(False, sft0=False, help="keep the server warm across runs: the driver that runs "
                                 "them (the demo, an experiment's arm) owns the servers and stops them; without "
                                 "one, the server lives for one run")
@@ -225,7 +226,7 @@ class ManagedVLLMPolicy(PolicyResource):
             log_dir=self.log_dir or str(Path(self.checkpoints_dir).parent / "vllm"),
             cache_dir=self.compile_cache_dir, swap=self.swap, start_timeout_s=self.start_timeout_s,
             request_timeout_s=self.request_timeout_s, concurrency=self.concurrency, max_restarts=self.max_restarts,
-            seeded_requests=self.seeded_requests,
+            seeded_requests=self.seeded_requests, cpu_all_cores=self.cpu_all_cores,
         )
 
     def server(self):

