@@ -144,6 +144,14 @@ def paired_difference(new: dict[str, bool], old: dict[str, bool], *, level: floa
             "significant": len(common) > 0 and (lo > 0 or hi < 0)}
 
 
+def reward_difference(new: dict[str, float], old: dict[str, float]) -> dict[str, Any]:
+    """Mean reward(new) - mean reward(old) over the tasks both played (task -> reward), with a paired bootstrap
+    95% interval: the average-reward counterpart of `paired_difference` (WebShop's usual metric)."""
+    common = sorted(set(new) & set(old))
+    d, lo, hi = paired_bootstrap([(float(new[t]), float(old[t])) for t in common])
+    return {"n": len(common), "delta": d, "ci_low": lo, "ci_high": hi}
+
+
 # -- an arm's evaluated checkpoints (the paper's tables and the committed arm results) ----------
 BOOT = 2000
 

@@ -22,9 +22,9 @@ from flywheel.core.provenance import (
 from flywheel.core.quality import (
     arm_checkpoints,
     bootstrap_ratio,
-    paired_bootstrap,
     paired_difference,
     replicate_difference,
+    reward_difference,
     wilson_interval,
 )
 from flywheel.core.store import Store
@@ -37,14 +37,6 @@ log = logging.getLogger(__name__)
 def _rate(successes: int, n: int) -> dict[str, Any]:
     lo, hi = wilson_interval(successes, n)
     return {"n": n, "successes": successes, "rate": successes / n if n else 0.0, "ci_low": lo, "ci_high": hi}
-
-
-def reward_difference(new: dict[str, float], old: dict[str, float]) -> dict[str, Any]:
-    """Mean reward(new) - mean reward(old) over the tasks both played (task -> reward), with a paired bootstrap
-    95% interval: the average-reward counterpart of `paired_difference` (WebShop's usual metric)."""
-    common = sorted(set(new) & set(old))
-    d, lo, hi = paired_bootstrap([(float(new[t]), float(old[t])) for t in common])
-    return {"n": len(common), "delta": d, "ci_low": lo, "ci_high": hi}
 
 
 def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[str, Any],
