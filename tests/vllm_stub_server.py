@@ -132,7 +132,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.flush()
                 sent = i
-                time.sleep(0.002)
+                time.sleep(float(s.get("token_delay", 0.002)))  # a slow server: seconds per token
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):

@@ -283,6 +283,7 @@ class VLLMServer:
         self._lock = threading.RLock()
         self._finalizer: weakref.finalize | None = None
         self._watchdog: subprocess.Popen | None = None
+        self._stopped = False  # by stop(): no caller starts it again (see ensure)
 
     # -- state ---------------------------------------------------------------------------
     @property
@@ -323,6 +324,7 @@ class VLLMServer:
         """Serve `model_dir`: start, swap or (if dead) restart as needed; None when already serving it."""
         target = str(Path(model_dir).resolve())
         with self._lock:
+            self._refuse_if_stopped()
             if self.alive() and self.model_dir == target:
                 return None
             if not self.alive():
@@ -352,6 +354,7 @@ class VLLMServer:
             target = self.model_dir
             if target is None:
                 raise VLLMServerError("restart() before the server was ever started")
+            self._refuse_if_stopped()
             if failed_pid is not None and self.pid != failed_pid and self.alive():
                 return None
             self._record("crash", 0.0, target, reason)
@@ -359,8 +362,15 @@ class VLLMServer:
             return self._start_locked(target, "restart")
 
     def stop(self) -> None:
+        """Stop the server for good. A rollout thread that an interrupt left waiting on an answer then gets an
+        error instead of restarting the server for a run that is over; a new run takes a new `VLLMServer`."""
         with self._lock:
+            self._stopped = True
             self._stop_locked()
+
+    def _refuse_if_stopped(self) -> None:
+        if self._stopped:
+            raise VLLMServerError("the server was stopped (its run ended or was interrupted); start a new VLLMServer")
 
     def __enter__(self) -> VLLMServer:
         return self

@@ -20,7 +20,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -188,6 +188,9 @@ def _play(
     order: dict[int, int] = {}
     results: dict[int, Trajectory] = {}
     lock = threading.Lock()  # guards queue/order/results and the callbacks (store writes) across slot threads
+    # Set when the caller is interrupted (KeyboardInterrupt, SIGTERM through the CLI): slots take no new job and
+    # hand on no more episodes, so the caller's cleanup (the vLLM server's stop) runs now, not after the queue.
+    stopped = threading.Event()
 
     def finish(slot: _Slot, status: str = "ok", error: str = "") -> None:
         ep = slot.episode
@@ -202,6 +205,8 @@ def _play(
         )
         slot.episode = None
         with lock:
+            if stopped.is_set():  # the caller is gone: an episode cut by the interrupt is not a result
+                return
             results[order.pop(id(slot))] = traj
             if on_finished:
                 on_finished([traj])
@@ -238,7 +243,7 @@ def _play(
 
     def take(slot: _Slot) -> tuple[int, Task, int] | None:
         with lock:
-            if not queue:
+            if not queue or stopped.is_set():
                 return None
             job = queue.popleft()
             order[id(slot)] = job[0]
@@ -304,12 +309,14 @@ def _play(
             if error:
                 finish(slot, "errored", error)
                 continue
-            while slot.episode is not None:
+            while slot.episode is not None and not stopped.is_set():
                 ep = slot.episode
                 # One seed per (job, step, attempt): reproducible whatever order the threads run in.
                 seed = cfg.seed + (idx * 1_009 + len(ep.steps)) * 8 + ep.attempts
                 [gen] = generator.generate([prompt_of(slot)], temperature=cfg.temperature,
                                            max_new_tokens=cfg.max_new_tokens, seed=seed)
+                if stopped.is_set():  # the answer came after the interrupt (or failed because of it)
+                    return
                 resp, action = act(gen)
                 res = step_one(slot, action) if resp.well_formed and not gen.error else None
                 record(slot, gen, resp, action, res)
@@ -328,10 +335,14 @@ def _play(
                 if error:  # the slot is idle again and takes the next job
                     finish(slot, "errored", error)
 
-    with ThreadPoolExecutor(max_workers=len(slots)) as pool:
+    pool = ThreadPoolExecutor(max_workers=len(slots))
+    try:
         if scheduling == "per_episode":
-            for fut in [pool.submit(play_slot, slot) for slot in slots]:
-                fut.result()
+            pending = {pool.submit(play_slot, slot) for slot in slots}
+            while pending:  # waits of at most 1 s: a signal that another thread caught still reaches this one
+                done, pending = wait(pending, timeout=1.0, return_when=FIRST_EXCEPTION)
+                for fut in done:
+                    fut.result()
         else:
             fill(pool)
             tick = 0
@@ -350,6 +361,14 @@ def _play(
                 for slot, gen, (resp, action), fut in zip(live, gens, acted, futures, strict=True):
                     record(slot, gen, resp, action, fut.result() if fut is not None else None)
                 fill(pool)
+    except BaseException:
+        # Not `with pool:`, whose exit joins the slot threads, and they played on through the rest of the queue
+        # (a `kill` during an evaluation waited minutes, the vLLM server generating all the while). A slot thread
+        # ends after the answer it waits for, which the server's stop cuts short.
+        stopped.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     for slot in slots:
         if slot.env is not None:
             slot.env.close()

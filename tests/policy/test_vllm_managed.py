@@ -8,11 +8,15 @@ crash -> restart -> retry, a dead server -> errored episodes, and no server left
 
 from __future__ import annotations
 
+import _thread
 import dataclasses
 import json
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -175,6 +179,42 @@ def test_server_that_stays_dead_gives_errored_episodes_not_a_crashed_run(tmp_pat
     assert all("generation failed" in t.error for t in trajs)
     assert restarts == 1  # max_restarts=1: one restart, then the rows are given up
 
+
+
+def test_an_interrupt_during_rollouts_stops_them_at_once_and_no_thread_restarts_the_server(tmp_path, stub_cfg):
+    """`kill PID` during an evaluation (KeyboardInterrupt in the main thread) must not wait for the slot threads
+    to play the rest of the queue: no new episode starts, none cut short is recorded, and the threads that were
+    waiting on an answer end once the server is stopped, without starting it again."""
+    cfg, log = stub_cfg
+    slow = checkpoint(tmp_path, "slow", token_delay=1.0)  # every answer takes about 7 s
+    finished: list[str] = []
+
+    def interrupt_once_four_requests_are_in_flight() -> None:
+        while sum(e["kind"] == "request" for e in events(log)) < 4:
+            time.sleep(0.05)
+        _thread.interrupt_main()  # what the CLI's SIGTERM handler raises there (KeyboardInterrupt)
+
+    before = set(threading.enumerate())
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt), VLLMServer(cfg) as server:
+            threading.Thread(target=interrupt_once_four_requests_are_in_flight, daemon=True).start()
+            run_rollouts([(counter_task(i), 0) for i in range(16)], make_env=CounterEnv,
+                         generator=ManagedVLLMGenerator(server, str(slow), "k0"), instructions="Count.",
+                         normalize_action=str.strip, on_finished=lambda ts: finished.extend(t.task_id for t in ts),
+                         cfg=RolloutConfig(parallel_envs=4, scheduling="per_episode", max_new_tokens=64))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    for thread in set(threading.enumerate()) - before:  # the slot threads end after the answer they waited for
+        thread.join(timeout=30)
+        assert not thread.is_alive(), thread.name
+    ev = events(log)
+    assert [e["kind"] for e in ev].count("start") == 1  # no thread restarted the stopped server
+    assert sum(e["kind"] == "request" for e in ev) == 4  # 16 episodes of 3 steps were queued: none went on
+    assert finished == []  # nothing finished before the interrupt, and nothing cut short was recorded
+    assert server.events[-1].event == "start"
+    with pytest.raises(VLLMServerError, match="stopped"):
+        server.ensure(slow)
 
 
 def test_stop_on_loop_closes_the_stream_of_a_looping_answer(tmp_path, stub_cfg):
