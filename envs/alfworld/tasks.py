@@ -63,6 +63,27 @@ def task_type_of(game_id: str) -> str:
     return game_id.split("-", 1)[0]
 
 
+def _rounds(groups: list[list[str]]) -> list[str]:
+    """The first of every group, then the second of every group, and so on."""
+    return [g for row in zip_longest(*groups) for g in row if g is not None]
+
+
+def spread(game_ids: list[str]) -> list[str]:
+    """One type's games in an order whose every prefix spreads over objects, then rooms: one game of each
+    object in turn (objects in name order), each object's games one room at a time, trials last.
+
+    A game id is `TYPE-OBJECT-MOVABLE-RECEPTACLE-ROOM/trial_...`; in sorted order a type's first 12 training
+    games are 4 rooms x 3 trials of one object (all `AlarmClock` for pick and look, all `Apple` for heat),
+    and a policy trained on seeds drawn that way learns those objects, not the task (the evaluation games hold
+    21 objects for pick alone).
+    """
+    by_object: dict[str, dict[str, list[str]]] = {}
+    for game_id in sorted(game_ids):
+        parts = game_id.split("/", 1)[0].split("-")
+        by_object.setdefault(parts[1], {}).setdefault(parts[-1], []).append(game_id)
+    return _rounds([_rounds(list(rooms.values())) for _, rooms in sorted(by_object.items())])
+
+
 def load_tasks(
     split: str,
     *,
@@ -72,35 +93,34 @@ def load_tasks(
     max_steps: int = DEFAULT_MAX_STEPS,
 ) -> list[Task]:
     """Tasks of a split, filtered by type before `limit` applies: one game of each type in turn (types in
-    `TASK_TYPES` order), each type's games in sorted game-id order.
+    `TASK_TYPES` order), each type's games in `spread` order (objects, then rooms, in turn).
 
     Game ids begin with their type, so sorted order groups the games by type: the first 40 training games of
     three types would all be `look_at_obj_in_light` (308 of them), and a preset's seeds and rollout tasks
     (a `limit` prefix) would cover one type. Interleaved, a prefix holds as many games of each type as it can,
-    give or take one.
+    give or take one, and within a type as many objects and rooms as it can.
     """
     folder = split_folder(split)
     base = alfworld_root(root)
     games = load_index(base).get(folder, {})
     wanted = resolve_task_types(task_types)
-    by_type: dict[str, list[Task]] = {kind: [] for kind in TASK_TYPES}
-    for game_id in sorted(games):
-        task_type = task_type_of(game_id)
-        if wanted is not None and task_type not in wanted:
-            continue
-        entry = games[game_id]
-        by_type[task_type].append(
-            Task(
-                benchmark=BENCHMARK,
-                split=split,
-                task_id=game_id,
-                goal=entry["goal"],
-                max_steps=max_steps,
-                meta={"task_type": task_type, "split_folder": folder, "walkthrough": tuple(entry["walkthrough"])},
-            )
+    ids_by_type: dict[str, list[str]] = {kind: [] for kind in TASK_TYPES}
+    for game_id in games:
+        if wanted is None or task_type_of(game_id) in wanted:
+            ids_by_type[task_type_of(game_id)].append(game_id)
+    ordered = _rounds([spread(ids) for ids in ids_by_type.values()])
+    tasks = [
+        Task(
+            benchmark=BENCHMARK,
+            split=split,
+            task_id=game_id,
+            goal=games[game_id]["goal"],
+            max_steps=max_steps,
+            meta={"task_type": task_type_of(game_id), "split_folder": folder,
+                  "walkthrough": tuple(games[game_id]["walkthrough"])},
         )
-    rounds = zip_longest(*by_type.values())
-    tasks = [task for row in rounds for task in row if task is not None]
+        for game_id in ordered
+    ]
     return tasks if limit is None else tasks[:limit]
 
 

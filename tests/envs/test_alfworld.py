@@ -30,7 +30,7 @@ from envs.alfworld import worker as alf_worker  # noqa: E402
 from envs.alfworld.env import strip_banner  # noqa: E402
 from envs.alfworld.expert import choose  # noqa: E402
 from envs.alfworld.prompts import describe_action, normalize_action  # noqa: E402
-from envs.alfworld.tasks import ALIASES, TASK_TYPES, eto_unseen_ids, split_folder, task_type_of  # noqa: E402
+from envs.alfworld.tasks import ALIASES, TASK_TYPES, eto_unseen_ids, split_folder, spread, task_type_of  # noqa: E402
 from envs.base import EnvError, Task  # noqa: E402
 from envs.data import MissingDataError  # noqa: E402
 from tests.signal_support import parent_sigterm, sigterm_state  # noqa: E402
@@ -82,9 +82,9 @@ def test_split_counts_and_order():
     tasks = SPEC.load_tasks("seen")
     ids = [t.task_id for t in tasks]
     assert len(set(ids)) == len(ids)
-    for kind in TASK_TYPES:  # each type's games in sorted order
+    for kind in TASK_TYPES:  # each type's games in spread order (objects, then rooms, in turn)
         of_kind = [i for i in ids if task_type_of(i) == kind]
-        assert of_kind == sorted(of_kind)
+        assert of_kind == spread(sorted(of_kind))
     assert all(t.max_steps == 40 and t.benchmark == "alfworld" and t.goal for t in tasks)
     assert [t.task_id for t in SPEC.load_tasks("seen", limit=5)] == ids[:5]
 
@@ -99,6 +99,21 @@ def test_a_limited_prefix_covers_every_type():
     seen = SPEC.load_tasks("seen", task_types=("look", "pick"))
     assert Counter(t.meta["task_type"] for t in seen) == {"pick_and_place_simple": 35, "look_at_obj_in_light": 13}
     assert {t.meta["task_type"] for t in seen[-(35 - 13):]} == {"pick_and_place_simple"}
+
+
+def test_a_limited_prefix_spreads_over_objects_and_rooms():
+    """In sorted order a type's first training games are a few rooms of one object (12 seeds of pick: all
+    AlarmClock); a preset's seeds must show the policy many objects and rooms."""
+    tasks = SPEC.load_tasks("train", task_types=("pick", "look", "heat"), limit=36)
+    objects = {kind: {t.task_id.split("-")[1] for t in tasks if t.meta["task_type"] == kind} for kind in
+               (ALIASES[a] for a in ("pick", "look", "heat"))}
+    assert {kind: len(o) for kind, o in objects.items()} == {
+        "pick_and_place_simple": 12, "look_at_obj_in_light": 12, "pick_heat_then_place_in_recep": 8}  # heat has 8
+    rooms = {t.task_id.split("/")[0].split("-")[-1] for t in tasks}
+    assert len(rooms) == 26  # of 35 game folders
+    # Every game is still there, once, and the order is a pure function of the ids.
+    assert spread(["b-X-None-R-2/t1", "b-X-None-R-1/t1", "b-Y-None-R-1/t1", "b-X-None-R-1/t2"]) == [
+        "b-X-None-R-1/t1", "b-Y-None-R-1/t1", "b-X-None-R-2/t1", "b-X-None-R-1/t2"]
 
 
 def test_unseen_split_is_the_eto_list():
