@@ -130,29 +130,38 @@ def _paired(new: dict[str, Any] | None, old: dict[str, Any] | None) -> dict[str,
 _METRIC_CELLS = {"success_rate": lambda s: _rate_cell(s["success"]), "avg_reward": lambda s: _mean_cell(s["reward"])}
 
 
-def _column_title(column: ResultColumn) -> str:
-    return " ".join(t for t in (column.title, PRIMARY_METRICS[column.metric]) if t)
+def _table1_columns() -> list[tuple[ResultColumn, str]]:
+    """(column, metric): every split in its benchmark's primary metric, followed by its success rate where the
+    primary metric is another (WebShop: average reward, then success %)."""
+    return [(c, m) for c in result_columns()
+            for m in dict.fromkeys((c.metric, "success_rate"))]
+
+
+def _column_title(column: ResultColumn, metric: str | None = None) -> str:
+    metric = metric or column.metric
+    label = PRIMARY_METRICS[metric] or ("success %" if column.metric != metric else "")
+    return " ".join(t for t in (column.title, label) if t)
 
 
 def table1(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    columns = result_columns()
-    by_method: dict[tuple[str, str], dict[tuple[str, str], str]] = {}
+    columns = _table1_columns()
+    by_method: dict[tuple[str, str], dict[tuple[str, str, str], str]] = {}
     for arm in data["arms"]:
         ck = _final(arm)
         row = by_method.setdefault((arm["method"], arm["arm"]), {})
-        for c in columns:
+        for c, metric in columns:
             if arm["benchmark"] != c.benchmark or not ck:
                 continue
             s = ck["splits"].get(c.split)
             if s is None:
                 continue
-            row[(c.benchmark, c.split)] = _METRIC_CELLS[c.metric](s) + f" k={ck['k']}"
+            row[(c.benchmark, c.split, metric)] = _METRIC_CELLS[metric](s) + f" k={ck['k']}"
     order = list(METHODS)
     rows = []
     for (method, arm_name), cells in sorted(by_method.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1])):
         arm = {"method": method, "arm": arm_name}
-        rows.append([_label(arm)] + [cells.get((c.benchmark, c.split), "not run") for c in columns])
-    return ["method"] + [_column_title(c) for c in columns], rows
+        rows.append([_label(arm)] + [cells.get((c.benchmark, c.split, m), "not run") for c, m in columns])
+    return ["method"] + [_column_title(c, m) for c, m in columns], rows
 
 
 def _arms(data: dict[str, Any], *methods: str, benchmark: str | None = None) -> list[dict[str, Any]]:

@@ -55,7 +55,7 @@ def test_paper_table_layout_and_average(tmp_path):
 def test_paper_table1_titles_the_registered_benchmarks_by_their_specs():
     header, rows = paper.table1({"arms": []})
     assert header == ["method", "ALFWorld seen", "ALFWorld unseen", "ScienceWorld seen", "ScienceWorld unseen",
-                      "WebShop avg reward"] and rows == []
+                      "WebShop avg reward", "WebShop success %"] and rows == []
     notes = paper.paper_notes()
     assert len(notes) == 2 and "211-task" in notes[0] and "stand-in catalog" in notes[1]
 
@@ -81,7 +81,9 @@ def test_a_registered_benchmark_gets_its_columns_from_its_spec(tmp_path, monkeyp
          "checkpoints": {1: ck}}]}
     header, [row] = paper.table1(data)
     assert header[3] == "Bare Bench avg reward" and row[3].startswith("0.750 [") and row[3].endswith("(n=2) k=1")
-    assert row[1] == row[4] == row[6] == "not run"
+    # A benchmark whose primary metric is not success also gets its success rate, beside it.
+    assert header[4] == "Bare Bench success %" and row[4].startswith("50.0 [") and row[4].endswith("(n=2) k=1")
+    assert row[1] == row[5] == row[7] == row[8] == "not run"
     md = paper.render(data, [SimpleNamespace(benchmark="bare", notes=["preset note"])])
     assert "; Bare Bench and WebShop average reward, tokens per step" in md
     assert "## Table 4: SFT vs SFT+DPO vs SFT+GRPO vs BPO (bare)\n\n(No ScienceWorld experiment given" in md
