@@ -7,6 +7,8 @@ written to `eval_buckets` and shown in the metadata; gold lengths are cached in
 """
 
 
+import hashlib
+
 import dagster as dg
 
 from flywheel.assets._checkpoints import checkpoint_for
@@ -19,7 +21,7 @@ from flywheel.curriculum.tables import write_eval_buckets
 from flywheel.orchestration.failures import fails_once
 from flywheel.orchestration.partitions import flywheel_partitions, keys_of
 from flywheel.resources import CurriculumResource, EnvResource, PolicyResource, StoreResource
-from flywheel.rollout.engine import run_rollouts
+from flywheel.rollout.engine import plan_resume, run_rollouts
 
 COLUMNS = ["split", "episodes", "errored", "success_rate", "avg_reward", "mean_steps",
            "tokens_per_step", "prompt_tokens_per_step", "invalid_action_rate"]
@@ -42,20 +44,36 @@ def evaluation(
     generator = policy.generator(ckpt["path"], ckpt["checkpoint_id"])
     buckets = curriculum.eval_buckets(spec)
     rows, bucket_rows = [], []
-    # Both splits in one rollout call, so all their episodes share the generation batch.
     splits = envs.eval_splits(benchmark)
     tasks_by_split = {split: envs.tasks(benchmark, split) for split in splits}
-    all_trajs = run_rollouts(
-        [(t, 0) for split in splits for t in tasks_by_split[split]],
+    cfg = policy.rollout_config(evaluation=True, max_steps=envs.max_steps)
+    # Each finished episode is written at once, tagged with the checkpoint and the evaluation's settings, so an
+    # evaluation cut short (a sitting that ends, a kill) resumes from its episodes, as rollouts do; episodes of
+    # another checkpoint or other settings are replaced, never mixed.
+    tag = eval_tag(ckpt["checkpoint_id"], cfg)
+    scopes = {split: {"benchmark": benchmark, "iteration": k, "source": "policy", "split": split} for split in splits}
+    plans = {split: plan_resume([(t, 0) for t in tasks_by_split[split]],
+                                db.trajectory_table(**scopes[split]).iter_rows(named=True), tag) for split in splits}
+    db.delete_trajectory_ids([i for plan in plans.values() for i in plan.stale_ids])
+
+    def write(trajs: list) -> None:
+        for t in trajs:
+            t.model_id = tag
+        db.write_trajectories(trajs)
+
+    # Both splits in one rollout call, so all their episodes share the generation batch.
+    run_rollouts(
+        [job for split in splits for job in plans[split].todo],
         make_env=envs.env_factory(benchmark), generator=generator,
         instructions=spec.system_prompt(), normalize_action=spec.normalize_action, source="policy",
-        iteration=k, cfg=policy.rollout_config(evaluation=True, max_steps=envs.max_steps),
-        progress=progress_logger(context, "evaluation"),
+        iteration=k, cfg=cfg, on_finished=write, progress=progress_logger(context, "evaluation"),
     )
+    kept = sum(plan.resumed for plan in plans.values())
+    if kept:
+        context.log.info(f"evaluation {benchmark}|{k}: {kept} episode(s) kept from an earlier attempt")
     for split in splits:
         tasks = tasks_by_split[split]
-        trajs = [t for t in all_trajs if t.split == split]
-        db.write_trajectories(trajs, replace_scope={"benchmark": benchmark, "iteration": k, "source": "policy", "split": split})
+        trajs = db.load_trajectories(**scopes[split])
         stats = summarize(trajs)
         db.write_evaluation({"benchmark": benchmark, "iteration": k, "split": split,
                              "checkpoint_id": ckpt["checkpoint_id"], **stats})
@@ -75,6 +93,12 @@ def evaluation(
         metadata[f"{r['split']}_{r['bucket']}_success_rate"] = float(r["success_rate"])
         metadata[f"{r['split']}_{r['bucket']}_episodes"] = int(r["episodes"])
     return dg.MaterializeResult(metadata=rounded(metadata))
+
+
+def eval_tag(checkpoint_id: str, cfg: object) -> str:
+    """What an evaluation episode's `model_id` records: the checkpoint, and a hash of the settings it was played
+    with (a re-evaluation with other settings replays every task instead of keeping these)."""
+    return f"{checkpoint_id}#{hashlib.sha256(repr(cfg).encode()).hexdigest()[:8]}"
 
 
 def _range(lo: float | None, hi: float | None) -> str:

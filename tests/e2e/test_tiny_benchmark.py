@@ -90,6 +90,19 @@ def test_the_tiny_benchmark_runs_the_flywheel_through_dagster(tmp_path, tiny, mo
     assert db.trajectory_benchmarks() == [NAME]
     assert envs.REGISTRY == registry and NAME not in envs.REGISTRY  # configuration, never mutated
 
+    # An evaluation cut short resumes: its finished episodes stay, only the missing one is played again.
+    scope = {"benchmark": NAME, "iteration": 1, "source": "policy", "split": "seen"}
+    before = {r["traj_id"]: r["created_at"] for r in db.trajectory_table(**scope).iter_rows(named=True)}
+    lost = sorted(before)[0]
+    db.delete_trajectory_ids([lost])
+    assert run(defs, "iteration_job", partition_key(NAME, 1), ["evaluation"], instance).success
+    after = {r["traj_id"]: r["created_at"] for r in db.trajectory_table(**scope).iter_rows(named=True)}
+    assert set(after) == set(before) and after[lost] > before[lost]
+    assert all(after[t] == before[t] for t in before if t != lost)
+    assert db.evaluations_at(NAME, 1)["seen"]["episodes"] == len(SPEC.load_tasks("seen"))
+    [tag] = {t.model_id for t in db.load_trajectories(**scope)}  # the checkpoint and its evaluation settings
+    assert tag.startswith(db.latest_checkpoint(NAME, 1)["checkpoint_id"] + "#")
+
 
 def test_a_profile_names_benchmarks_by_reference(tmp_path):
     profile = load_profile(write_profile(tmp_path, str(tmp_path / "model"),
