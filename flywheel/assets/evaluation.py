@@ -21,7 +21,7 @@ from flywheel.curriculum.tables import write_eval_buckets
 from flywheel.orchestration.failures import fails_once
 from flywheel.orchestration.partitions import flywheel_partitions, keys_of
 from flywheel.resources import CurriculumResource, EnvResource, PolicyResource, StoreResource
-from flywheel.rollout.engine import plan_resume, run_rollouts
+from flywheel.rollout.engine import resume_partitions
 
 COLUMNS = ["split", "episodes", "errored", "success_rate", "avg_reward", "mean_steps",
            "tokens_per_step", "prompt_tokens_per_step", "invalid_action_rate"]
@@ -50,25 +50,15 @@ def evaluation(
     # Each finished episode is written at once, tagged with the checkpoint and the evaluation's settings, so an
     # evaluation cut short (a sitting that ends, a kill) resumes from its episodes, as rollouts do; episodes of
     # another checkpoint or other settings are replaced, never mixed.
-    tag = eval_tag(ckpt["checkpoint_id"], cfg)
     scopes = {split: {"benchmark": benchmark, "iteration": k, "source": "policy", "split": split} for split in splits}
-    plans = {split: plan_resume([(t, 0) for t in tasks_by_split[split]],
-                                db.trajectory_table(**scopes[split]).iter_rows(named=True), tag) for split in splits}
-    db.delete_trajectory_ids([i for plan in plans.values() for i in plan.stale_ids])
-
-    def write(trajs: list) -> None:
-        for t in trajs:
-            t.model_id = tag
-        db.write_trajectories(trajs)
-
     # Both splits in one rollout call, so all their episodes share the generation batch.
-    run_rollouts(
-        [job for split in splits for job in plans[split].todo],
-        make_env=envs.env_factory(benchmark), generator=generator,
+    plans = resume_partitions(
+        db, [([(t, 0) for t in tasks_by_split[split]], scopes[split]) for split in splits],
+        checkpoint_id=eval_tag(ckpt["checkpoint_id"], cfg), make_env=envs.env_factory(benchmark), generator=generator,
         instructions=spec.system_prompt(), normalize_action=spec.normalize_action, source="policy",
-        iteration=k, cfg=cfg, on_finished=write, progress=progress_logger(context, "evaluation"),
+        iteration=k, cfg=cfg, progress=progress_logger(context, "evaluation"),
     )
-    kept = sum(plan.resumed for plan in plans.values())
+    kept = sum(plan.resumed for plan in plans)
     if kept:
         context.log.info(f"evaluation {benchmark}|{k}: {kept} episode(s) kept from an earlier attempt")
     for split in splits:

@@ -137,8 +137,7 @@ def _table1_columns() -> list[tuple[ResultColumn, str]]:
             for m in dict.fromkeys((c.metric, "success_rate"))]
 
 
-def _column_title(column: ResultColumn, metric: str | None = None) -> str:
-    metric = metric or column.metric
+def _column_title(column: ResultColumn, metric: str) -> str:
     label = PRIMARY_METRICS[metric] or ("success %" if column.metric != metric else "")
     return " ".join(t for t in (column.title, label) if t)
 

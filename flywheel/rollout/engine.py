@@ -118,16 +118,30 @@ def resume_rollouts(
     keeps everything written and plays only the missing pairs. This is what the `rollouts`
     asset runs; `run_kwargs` go to `run_rollouts`.
     """
-    plan = plan_resume(jobs, db.trajectory_table(**scope).iter_rows(named=True), checkpoint_id)
-    db.delete_trajectory_ids(plan.stale_ids)
+    [plan] = resume_partitions(db, [(jobs, scope)], checkpoint_id=checkpoint_id, **run_kwargs)
+    return plan
+
+
+def resume_partitions(
+    db: Store,
+    partitions: list[tuple[list[tuple[Task, int]], dict[str, object]]],
+    *,
+    checkpoint_id: str,
+    **run_kwargs: object,
+) -> list[ResumePlan]:
+    """`resume_rollouts` for several store partitions (jobs, scope) at once, in one rollout call so that all
+    their episodes share the generation batch (an evaluation's seen and unseen splits); a plan per partition."""
+    plans = [plan_resume(jobs, db.trajectory_table(**scope).iter_rows(named=True), checkpoint_id)
+             for jobs, scope in partitions]
+    db.delete_trajectory_ids([i for plan in plans for i in plan.stale_ids])
 
     def write(trajs: list[Trajectory]) -> None:
         for t in trajs:
             t.model_id = checkpoint_id
         db.write_trajectories(trajs)
 
-    run_rollouts(plan.todo, on_finished=write, **run_kwargs)  # type: ignore[arg-type]
-    return plan
+    run_rollouts([job for plan in plans for job in plan.todo], on_finished=write, **run_kwargs)  # type: ignore[arg-type]
+    return plans
 
 
 def goal_of(task: Task, initial_observation: str) -> str:
