@@ -132,7 +132,7 @@ _METRIC_CELLS = {"success_rate": lambda s: _rate_cell(s["success"]), "avg_reward
 
 def _table1_columns() -> list[tuple[ResultColumn, str]]:
     """(column, metric): every split in its benchmark's primary metric, followed by its success rate where the
-    primary metric is another (WebShop: average reward, then success %)."""
+    primary metric is another (average reward, then success %)."""
     return [(c, m) for c in result_columns()
             for m in dict.fromkeys((c.metric, "success_rate"))]
 
