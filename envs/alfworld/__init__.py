@@ -120,10 +120,11 @@ class AlfWorldSpec:
         return {"subgoals": state_changes}
 
     def synthesizer(self) -> AlfWorldSynthesizer:
-        """Stage 2's task synthesizer, imported on first use (only the curriculum needs it)."""
-        from envs.alfworld.synthesis import SYNTHESIZER
+        """Stage 2's task synthesizer, imported on first use (only the curriculum needs it); its tasks get this
+        spec's step limit, as the seeds do."""
+        from envs.alfworld.synthesis import AlfWorldSynthesizer
 
-        return SYNTHESIZER
+        return AlfWorldSynthesizer(root=self.root, expert_seed=self.expert_seed, max_steps=self.max_steps)
 
 
 def solve_in_worker(

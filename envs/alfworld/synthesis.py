@@ -49,7 +49,7 @@ from typing import Any
 
 from envs.alfworld.data import alfworld_root, game_file, load_index
 from envs.alfworld.env import AlfWorldEnv, strip_banner
-from envs.alfworld.expert import EXPERT_MAX_STEPS
+from envs.alfworld.expert import EXPERT_MAX_STEPS, without_looks
 from envs.alfworld.tasks import ALIASES, DEFAULT_MAX_STEPS, TASK_TYPES, task_type_of
 from envs.base import Env, Task
 from envs.data import cache_dir
@@ -181,9 +181,10 @@ class SyntheticAlfWorldEnv(AlfWorldEnv):
 class AlfWorldSynthesizer:
     benchmark = "alfworld"
 
-    def __init__(self, root: str | None = None, expert_seed: int = 0) -> None:
+    def __init__(self, root: str | None = None, expert_seed: int = 0, max_steps: int = DEFAULT_MAX_STEPS) -> None:
         self.root = root
         self.expert_seed = expert_seed
+        self.max_steps = max_steps  # the spec's episode limit: a synthesized task gets the seeds' limit
 
     def proposal_schema(self) -> str:
         return SCHEMA
@@ -320,7 +321,7 @@ class AlfWorldSynthesizer:
                 "scene": {"scene_num": int(scene_no)}, "synthesized_from": base}
         out = self._write_game(game, task_id, task_type, obj, recep, toggle, text, traj) if write else None
         return Task(
-            benchmark=self.benchmark, split="synthetic", task_id=task_id, goal=text, max_steps=DEFAULT_MAX_STEPS,
+            benchmark=self.benchmark, split="synthetic", task_id=task_id, goal=text, max_steps=self.max_steps,
             meta={"task_type": task_type, "synthetic": True, "base_game": base, "game_file": str(out) if out else "",
                   "traj_data": traj, "base_game_file": str(path)},
         )
@@ -367,13 +368,12 @@ class AlfWorldSynthesizer:
         expert = result["handcoded"]
         if not expert["won"]:
             raise ValueError(f"the handcoded expert did not win: stopped by {expert['stopped']} after {len(expert['actions'])} actions")
-        if len(expert["actions"]) > task.max_steps:
-            raise ValueError(f"the handcoded expert needed {len(expert['actions'])} actions, over the limit of {task.max_steps}")
+        # Without its no-op `look`s, as the seeds' paths (`expert.choose`); the caller replays it to a win.
+        actions = without_looks(expert["actions"])
+        if len(actions) > task.max_steps:
+            raise ValueError(f"the handcoded expert needed {len(actions)} actions, over the limit of {task.max_steps}")
         path = Path(task.meta["game_file"])
         game = json.loads(path.read_text())
-        if game.get("walkthrough") != expert["actions"]:  # the game file now carries a real solution
-            _write_json(path, {**game, "walkthrough": list(expert["actions"])})
-        return list(expert["actions"])
-
-
-SYNTHESIZER = AlfWorldSynthesizer()
+        if game.get("walkthrough") != actions:  # the game file now carries a real solution
+            _write_json(path, {**game, "walkthrough": actions})
+        return actions

@@ -149,10 +149,11 @@ class WebShopSpec:
         return {"locations": pages_visited, "subgoals": choices_made}
 
     def synthesizer(self) -> WebShopSynthesizer:
-        """Stage 2's task synthesizer, imported on first use (only the curriculum needs it)."""
-        from envs.webshop.synthesis import SYNTHESIZER
+        """Stage 2's task synthesizer, imported on first use (only the curriculum needs it): this spec's catalog,
+        and its step limit for the synthesized goals, as the seeds have."""
+        from envs.webshop.synthesis import WebShopSynthesizer
 
-        return SYNTHESIZER
+        return WebShopSynthesizer(data_path=self.data_path, max_steps=self.max_steps)
 
 
 SPEC = WebShopSpec()

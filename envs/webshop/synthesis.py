@@ -97,8 +97,9 @@ def _goal_key(asin: str, attributes: Sequence[str], options: dict[str, str] | Se
 class WebShopSynthesizer:
     benchmark = "webshop"
 
-    def __init__(self, data_path: str | None = None) -> None:
+    def __init__(self, data_path: str | None = None, max_steps: int = MAX_STEPS) -> None:
         self.data_path = data_path
+        self.max_steps = max_steps  # the spec's episode limit: a synthesized goal gets the seeds' limit
 
     @property
     def catalog(self) -> Catalog:
@@ -153,7 +154,7 @@ class WebShopSynthesizer:
         upper, _ = price_upper_for(catalog.prices[product.asin], rng)
         instruction = instruction_for(product, attrs, options, upper)
         found = plan(catalog, catalog.search_engine, Goal(**goal_dict(product, attrs, options, upper, instruction)),
-                     max_steps=MAX_STEPS)
+                     max_steps=self.max_steps)
         if found.query_kind == "not_found":
             return None
         params = {"asin": product.asin, "attributes": attrs, "options": options, "price_upper": upper,
@@ -217,7 +218,7 @@ class WebShopSynthesizer:
         digest = hashlib.sha1(json.dumps(goal, sort_keys=True).encode()).hexdigest()[:8]
         return Task(
             benchmark=self.benchmark, split="synthetic", task_id=f"synth-{product.asin}-{digest}", goal=instruction,
-            max_steps=MAX_STEPS,
+            max_steps=self.max_steps,
             meta={"catalog": catalog.name, "catalog_fingerprint": catalog.fingerprint, "synthetic": True,
                   "synthetic_goal": goal, "asin": product.asin, "category": product.category, "query": product.query,
                   "attributes": attrs, "goal_options": chosen, "price_upper": upper},
@@ -237,5 +238,3 @@ class WebShopSynthesizer:
             raise ValueError(f"no search finds {goal.asin} within {task.max_steps} steps")
         return list(found.actions)
 
-
-SYNTHESIZER = WebShopSynthesizer()

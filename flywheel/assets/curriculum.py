@@ -49,7 +49,7 @@ def synthetic_curriculum(
             seed_tasks=envs.tasks(benchmark, "train"), seed_trajs=seeds,
             holdout=spec.load_tasks("seen") + spec.load_tasks("unseen"), instructions=spec.system_prompt(),
             n_proposals=curriculum.n_proposals(len(seeds)), candidate_limit=curriculum.candidate_limit,
-            seed=curriculum.seed, env_options=envs.env_options.get(benchmark, {}),
+            seed=curriculum.seed, env_options=envs.env_options.get(benchmark, {}), max_steps=envs.max_steps,
             progress=progress_logger(context, "curriculum synthesis"),
         )
         synthetic = result.trajectories

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from envs.base import Env, EnvError, Task
@@ -81,9 +81,12 @@ def synthesize(
     candidate_limit: int = 64,
     seed: int = 0,
     env_options: dict[str, Any] | None = None,
+    max_steps: int | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> SynthesisResult:
-    """Run stage-2 synthesis for one benchmark (see module doc)."""
+    """Run stage-2 synthesis for one benchmark (see module doc). `max_steps`: the episode cap rollouts play
+    under (the envs resource's), on top of each task's own limit: a synthesized task keeps the lower of the two,
+    and an expert path longer than that is rejected (a policy could not finish it in an episode)."""
     candidates = synthesizer.candidates(seed_tasks, holdout=holdout, limit=candidate_limit, seed=seed)
     seed_rows = [{"task_id": t.task_id, "goal": t.goal, "length": len(t.steps)} for t in seed_trajs]
     raw, proposer = propose(teacher, benchmark=benchmark, instructions=instructions,
@@ -96,7 +99,7 @@ def synthesize(
         for i, prop in enumerate(proposals, 1):
             if prop.status == "proposed":
                 env = _attempt(prop, synthesizer, teacher, seed_tasks, holdout, instructions, env, env_options or {},
-                               seen_ids, result)
+                               seen_ids, result, max_steps)
             if progress:
                 progress(i, len(proposals))
     finally:
@@ -107,13 +110,15 @@ def synthesize(
 
 def _attempt(prop: Proposal, synth: TaskSynthesizer, teacher: Any, seed_tasks: Sequence[Task], holdout: Sequence[Task],
              instructions: str, env: Env | None, env_options: dict[str, Any], seen_ids: dict[str, str],
-             result: SynthesisResult) -> Env | None:
+             result: SynthesisResult, max_steps: int | None = None) -> Env | None:
     """One proposal through instantiate -> load -> solve -> judge -> annotate. Returns the (maybe new) env."""
     try:
         task = synth.instantiate(dict(prop.params), seeds=seed_tasks, holdout=holdout)
     except (ValueError, KeyError, TypeError) as exc:
         prop.reject("rejected", f"invalid: {_msg(exc)}")
         return env
+    if max_steps is not None and task.max_steps > max_steps:
+        task = replace(task, max_steps=max_steps)  # the limit its episodes will be played with
     prop.task_id = task.task_id
     if task.task_id in seen_ids:
         prop.reject("rejected", f"duplicate of proposal {seen_ids[task.task_id]}")

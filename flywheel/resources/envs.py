@@ -38,8 +38,9 @@ class EnvResource(dg.ConfigurableResource):
                                      "(null: all train_limit)", bound=Bound(1, 100_000))
     eval_limit: int | None = setting(None, sft0=False, help="evaluation tasks per split (null: all)",
                                      bound=Bound(1, 10_000, why="the number of evaluation tasks per split"))
-    max_steps: int | None = setting(None, sft0=False, help="env steps per episode at most, on top of each task's "
-                                    "own limit", bound=Bound(1, 1_000, why="the step cap of an episode"))
+    # In the k=0 SFT's configuration: stage 2 keeps only synthesized tasks whose expert path fits this cap.
+    max_steps: int | None = setting(None, help="env steps per episode at most, on top of each task's own limit "
+                                    "(synthesized tasks too)", bound=Bound(1, 1_000, why="the step cap of an episode"))
     env_options: dict[str, dict[str, Any]] = setting(default_factory=dict, help="options of each benchmark's env "
                                                      "constructor, by benchmark")
     spec_options: dict[str, dict[str, Any]] = setting(default_factory=dict, help='fields of a benchmark\'s spec, '

@@ -6,7 +6,7 @@ ALFWorld's full round trip (TextWorld compiles each new game, ~1 min) is marked 
 
 import pytest
 
-from envs import get_benchmark
+from envs import configure_spec, get_benchmark
 from flywheel.core.store import Store
 from flywheel.curriculum.proposals import get_synthesizer
 from flywheel.curriculum.solving import synthesize
@@ -38,12 +38,12 @@ def seeds_of(benchmark, **load):
     return spec, tasks, [apply_annotations(t, teacher.annotate(t, "")) for t in ok]
 
 
-def run(benchmark, teacher, seed_tasks, seed_trajs, n):
+def run(benchmark, teacher, seed_tasks, seed_trajs, n, **options):
     spec = get_benchmark(benchmark)
     return synthesize(benchmark=benchmark, synthesizer=get_synthesizer(spec), teacher=teacher,
                       seed_tasks=seed_tasks, seed_trajs=seed_trajs,
                       holdout=spec.load_tasks("seen") + spec.load_tasks("unseen"),
-                      instructions=spec.system_prompt(), n_proposals=n)
+                      instructions=spec.system_prompt(), n_proposals=n, **options)
 
 
 def test_webshop_synthesized_goals_round_trip(tmp_path):
@@ -123,6 +123,41 @@ def test_scienceworld_synthesized_tasks_round_trip_and_rejections():
     assert "harder" in result.proposals[1].rationale or "steps" in result.proposals[1].rationale
 
 
+def test_a_synthesized_task_takes_the_episode_cap_and_a_longer_expert_path_is_rejected():
+    """Rollouts play every task under the envs resource's `max_steps`: a synthesized task longer than that
+    would teach a path no episode can finish (cpu-comparison-scienceworld's first curricula held a 14-step
+    synthetic path under an 8-step cap)."""
+    spec, tasks, seeds = seeds_of("scienceworld", limit=2, task_types=("find-non-living-thing",))
+    pick = lambda kind: lambda cands: next(c for c in cands if c["kind"] == kind)  # noqa: E731
+    cap = max(len(s.steps) for s in seeds)
+    teacher = ScriptedProposals(spec.describe_action, [pick("unused_variation"), pick("harder_task_type")])
+    result = run("scienceworld", teacher, tasks, seeds, n=2, max_steps=cap)
+    (fits, harder) = result.proposals
+    assert fits.status == "solved" and harder.status == "unsolved", [(p.status, p.reason) for p in result.proposals]
+    assert f"over the task's limit of {cap}" in harder.reason and harder.length > cap
+    [task] = result.tasks
+    assert task.max_steps == cap and len(result.trajectories[0].steps) <= cap
+    uncapped = run("scienceworld", ScriptedProposals(spec.describe_action, [pick("harder_task_type")]), tasks, seeds, n=1)
+    assert uncapped.proposals[0].status == "solved" and uncapped.tasks[0].max_steps > cap  # only the cap rejected it
+
+
+def test_synthesized_tasks_get_their_spec_s_step_limit_and_catalog():
+    alfworld = configure_spec(get_benchmark("alfworld"), {"max_steps": 12})
+    seeds = alfworld.load_tasks("train", limit=2, task_types=("pick_and_place_simple",))
+    holdout = alfworld.load_tasks("seen") + alfworld.load_tasks("unseen")
+    synth = get_synthesizer(alfworld)
+    cand = synth.candidates(seeds, holdout=holdout, limit=1)[0]
+    assert seeds[0].max_steps == 12 and synth.instantiate(cand["params"], seeds=seeds, holdout=holdout,
+                                                            write=False).max_steps == 12
+    webshop = configure_spec(get_benchmark("webshop"), {"max_steps": 8})
+    seeds = webshop.load_tasks("train", limit=2)
+    holdout = webshop.load_tasks("seen")
+    synth = get_synthesizer(webshop)
+    assert synth.data_path == webshop.data_path
+    cand = synth.candidates(seeds, holdout=holdout, limit=1)[0]
+    assert seeds[0].max_steps == 8 and synth.instantiate(cand["params"], seeds=seeds, holdout=holdout).max_steps == 8
+
+
 def test_alfworld_proposals_are_checked_against_the_scene():
     spec = get_benchmark("alfworld")
     synth = get_synthesizer(spec)
@@ -163,4 +198,5 @@ def test_alfworld_synthesized_goal_round_trips_through_textworld():
     assert result.counts()["kept"] == 1, [(p.status, p.reason) for p in result.proposals]
     [traj] = result.trajectories
     assert traj.success and traj.source == "synthetic" and traj.steps[-1].action.startswith("use ")
+    assert "look" not in [s.action for s in traj.steps]  # the expert's no-op looks dropped, as in the seeds
     assert result.tasks[0].goal.rstrip(".") in traj.steps[0].observation

@@ -119,7 +119,7 @@ def test_the_fields_that_cannot_change_a_k0_sft_are_read_from_their_declarations
             "refine_from", "replay", "rollout_seed", "stop_on_loop"} <= policy
     assert not policy & {"learning_rate", "batch_size", "max_train_steps", "max_length", "history_mode",
                          "history_window", "seed", "base_model_path", "whole_passes", "micro_batch_size"}
-    assert envs == {"train_limit", "eval_limit", "max_steps"}  # seed_limit, task_types change the seeds
+    assert envs == {"train_limit", "eval_limit"}  # seed_limit, task_types change the seeds; max_steps, the curriculum
 
 
 def test_demo_help_shows_each_flag_s_field_help(capsys):
