@@ -30,7 +30,8 @@ BENCH = "scienceworld"
 def base_resources(tmp_path, policy):
     return {
         "store": StoreResource(path=str(tmp_path / "fw.duckdb")),
-        "envs": EnvResource(task_types={BENCH: ["find-non-living-thing"]}, train_limit=2, eval_limit=1, max_steps=3),
+        # 8 steps: stage 2 keeps only synthesized tasks whose expert path fits the episode cap (3 kept none)
+        "envs": EnvResource(task_types={BENCH: ["find-non-living-thing"]}, train_limit=2, eval_limit=1, max_steps=8),
         "policy": policy,
     }
 
@@ -62,7 +63,7 @@ def test_whole_chain_tiny_model(tmp_path, tiny):
     quats = db.query("SELECT s.* FROM steps s JOIN trajectories t USING (traj_id) WHERE t.source = 'teacher'")
     assert quats.height >= 6 and all(quats["thought"].str.len_chars() > quats["plan"].str.len_chars())
     pol = db.query("SELECT * FROM trajectories WHERE source = 'policy' AND split = 'train'")
-    assert all(pol["prompt_tokens"] > 0) and all(pol["steps"] == 3) and not any(pol["success"])
+    assert all(pol["prompt_tokens"] > 0) and all(pol["steps"] == 8) and not any(pol["success"])
     ck = db.query("SELECT iteration, lineage FROM checkpoints ORDER BY iteration")
     assert ck["iteration"].to_list() == [0, 1] and '"gated_iterations": [0]' in ck["lineage"][1]
     ev = db.query("SELECT iteration, split, episodes FROM evaluations ORDER BY 1, 2")
