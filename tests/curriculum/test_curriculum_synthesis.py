@@ -158,6 +158,36 @@ def test_synthesized_tasks_get_their_spec_s_step_limit_and_catalog():
     assert seeds[0].max_steps == 8 and synth.instantiate(cand["params"], seeds=seeds, holdout=holdout).max_steps == 8
 
 
+def test_alfworld_synthetic_paths_drop_the_expert_s_looks_before_the_limit_is_checked(tmp_path):
+    """As the seeds' paths (`expert.choose`): `look` changes nothing, and kept it taught the policy to spend
+    steps on it. The limit applies to the path that is trained."""
+    from dataclasses import replace
+
+    from envs.base import Task
+
+    actions = ["look", "go to desk 1", "look", "take book 1 from desk 1", "go to shelf 1", "move book 1 to shelf 1"]
+
+    class Worker:
+        def begin_episode(self):
+            pass
+
+        def call(self, name, **kwargs):
+            return {"handcoded": {"won": True, "actions": list(actions), "stopped": "won"}}
+
+    game = tmp_path / "game.tw-pddl"
+    game.write_text('{"walkthrough": ["look"]}')
+    synth = get_synthesizer(configure_spec(get_benchmark("alfworld"), {"max_steps": 4}))
+    env = synth.make_env()
+    env.worker = Worker()
+    task = Task("alfworld", "synthetic", "synth/t", "put a book in shelf.", max_steps=synth.max_steps,
+                meta={"game_file": str(game), "traj_data": {}})
+    path = synth.solve(task, env)
+    assert path == [a for a in actions if a != "look"] and len(path) == 4
+    assert __import__("json").loads(game.read_text())["walkthrough"] == path  # the game carries its solution
+    with pytest.raises(ValueError, match="needed 4 actions, over the limit of 3"):
+        synth.solve(replace(task, max_steps=3), env)
+
+
 def test_alfworld_proposals_are_checked_against_the_scene():
     spec = get_benchmark("alfworld")
     synth = get_synthesizer(spec)
