@@ -94,7 +94,8 @@ class BenchmarkSpec(Protocol):
       trajectory's steps (`StepView`); a signal it does not define uses the generic one
       (flywheel/curriculum/complexity.py).
     - `synthesizer()` (default: none, so stage-2 synthesis refuses the benchmark): the
-      benchmark's task synthesizer (`envs/<name>/synthesis.py`, imported lazily).
+      benchmark's task synthesizer (`envs/<name>/synthesis.py`, imported lazily), built from this
+      spec's fields, so that its tasks get the seeds' step limit (and data).
     - `demo_task_types` (default `None`: all tasks), `demo_spec_options` and
       `demo_env_options` (default `{}`): what `flywheel demo` uses for this benchmark unless
       its flags say otherwise (e.g. a small model's compact prompt).
