@@ -31,13 +31,12 @@ from dataclasses import asdict
 from typing import Any
 
 from envs.base import Env, EnvError, Task
-from envs.webshop import pages
+from envs.webshop import MAX_STEPS, pages
 from envs.webshop.catalog import Catalog, Goal, Product, load_catalog
 from envs.webshop.env import WebShopEnv
 from envs.webshop.oracle import plan
 from envs.webshop.reward import get_attribute_reward, get_reward, price_upper_for
 
-MAX_STEPS = 10
 MAX_ATTRIBUTES = 3
 SCHEMA = """params for a WebShop goal (as WebShop defines goals):
   "asin": the target product's id (it must exist in the catalog),
