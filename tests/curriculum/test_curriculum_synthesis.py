@@ -153,7 +153,8 @@ def test_synthesized_tasks_get_their_spec_s_step_limit_and_catalog():
     seeds = webshop.load_tasks("train", limit=2)
     holdout = webshop.load_tasks("seen")
     synth = get_synthesizer(webshop)
-    assert synth.data_path == webshop.data_path
+    elsewhere = configure_spec(get_benchmark("webshop"), {"data_path": "/data/webshop-full"})
+    assert get_synthesizer(elsewhere).data_path == "/data/webshop-full"  # the spec's catalog, not the default one
     cand = synth.candidates(seeds, holdout=holdout, limit=1)[0]
     assert seeds[0].max_steps == 8 and synth.instantiate(cand["params"], seeds=seeds, holdout=holdout).max_steps == 8
 
