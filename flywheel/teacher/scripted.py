@@ -10,6 +10,13 @@ o_t, its own actions); at the first one that is not, it says it will decide from
 Naming the answer object before the agent has seen it ("commit to the butterfly" at step 0,
 the product id before the results page) teaches a small student to guess a name, and
 measured: it ran into repeating guesses that never reached the Action line (README).
+A numbered name ("egg 1", "drawer 3") is one word here: the goal's "egg" does not make
+"take egg 1 from garbagecan 1" known before an observation has shown egg 1 (where it lies),
+and the instructions' examples ("apple 1") name nothing in the room.
+
+When o_t shows for the first time something the action at t names, the thought says so
+("I see egg 1 here."): the quoted part of o_t is its first new sentence, which in ALFWorld is
+"You arrive at garbagecan 1." and not the one that lists what lies there.
 """
 
 from __future__ import annotations
@@ -22,12 +29,17 @@ from flywheel.curriculum.proposals import pick_harder
 from flywheel.teacher.base import Annotation
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
-_WORD = re.compile(r"[a-z][a-z0-9]+")
+_WORD = re.compile(r"[a-z][a-z0-9]+(?: [0-9]+\b)?")  # "egg 1" is one name, "egg" another
 UNSEEN_NEXT = "decide what comes next from what I see"
 
 
 def _words(text: str) -> set[str]:
     return set(_WORD.findall(text.lower()))
+
+
+def _plain_words(text: str) -> set[str]:
+    """Words without the numbered names: what instructions teach, not what a room holds."""
+    return {w for w in _words(text) if " " not in w}
 
 
 def _first_sentence(text: str, limit: int = 160) -> str:
@@ -56,9 +68,10 @@ class ScriptedTeacher:
         actions = [s.action for s in traj.steps]
         total = len(actions)
         goal = traj.goal.strip() or _first_sentence(traj.initial_observation, 240)
-        known = _words(instructions) | _words(goal) | _words(traj.initial_observation)
+        known = _plain_words(instructions) | _words(goal) | _words(traj.initial_observation)
         notes = []
         for t, step in enumerate(traj.steps):
+            first_seen = _words(step.observation) - known
             known |= _words(step.observation) | _words(step.action)
             intent = self.describe(step.action)
             upcoming = self._upcoming(actions[t + 1 : t + 1 + self.lookahead], known)
@@ -67,7 +80,9 @@ class ScriptedTeacher:
             else:
                 prev = traj.steps[t - 1]
                 seen = _novel_part(prev.observation, step.observation)
-                situation = f"'{prev.action}' gave: \"{seen}\" This is step {t + 1} of about {total}."
+                here = sorted(n for n in _words(step.action) & first_seen if " " in n)
+                spotted = f" I see {' and '.join(here)} here." if here else ""
+                situation = f"'{prev.action}' gave: \"{seen}\"{spotted} This is step {t + 1} of about {total}."
             why = f"After that: {'; then '.join(upcoming)}." if upcoming else "That should complete the goal."
             thought = f"{situation} Now I need to {intent}. {why}"
             plan = f"{intent[0].upper()}{intent[1:]}." + (f" Then {upcoming[0]}." if upcoming else " Done after that.")

@@ -49,6 +49,32 @@ def test_scripted_lookahead_names_only_what_the_agent_has_seen():
     assert "butterfly" in leaky[0].thought  # the earlier teacher named it at step 0
 
 
+def test_numbered_names_are_known_only_once_seen_and_the_thought_says_where():
+    """ALFWorld: the goal's "egg" and the instructions' example "apple 1" do not tell where egg 1 lies;
+    the thought names the take only at the receptacle that shows it, and says it sees it there."""
+    from flywheel.core.trajectory import Step, Trajectory
+
+    obs = ["You are in the middle of a room. Looking quickly around you, you see a countertop 1, a fridge 1, "
+           "and a garbagecan 1.", "You arrive at fridge 1. The fridge 1 is closed.", "You arrive at garbagecan 1. "
+           "On the garbagecan 1, you see a apple 1, and a egg 1.", "You pick up the egg 1 from the garbagecan 1.",
+           "You arrive at countertop 1. On the countertop 1, you see nothing."]
+    actions = ["go to fridge 1", "go to garbagecan 1", "take egg 1 from garbagecan 1", "go to countertop 1",
+               "move egg 1 to countertop 1"]
+    steps = [Step(observation=obs[i], thought="", plan="", action=a, next_observation=obs[i + 1] if i + 1 < 5 else "Done.")
+             for i, a in enumerate(actions)]
+    traj = Trajectory(benchmark="b", split="train", task_id="t", source="expert", iteration=0, sample=0,
+                      goal="put some egg in countertop.", steps=steps, success=True, reward=1.0)
+    instructions = "Actions: go to X, take X from Y (numbered names, e.g. apple 1, egg 1), move X to Y."
+    notes = ScriptedTeacher(lambda a: f"do {a}").annotate(traj, instructions)
+    for n in notes[:2]:  # before o_2 showed it, egg 1's place is unknown
+        assert "egg 1" not in n.thought + n.plan and "decide what comes next from what I see" in n.thought
+    assert "I see egg 1 here." in notes[2].thought and "do take egg 1 from garbagecan 1" in notes[2].thought
+    assert not any(" here." in n.thought for n in (notes[1], notes[3], notes[4]))  # nothing asked for first shown
+    assert "do move egg 1 to countertop 1" in notes[3].thought  # seen, and countertop 1 is in the room
+    leaky = ScriptedTeacher(lambda a: f"do {a}", grounded_lookahead=False).annotate(traj, instructions)
+    assert "take egg 1" in leaky[0].thought
+
+
 def test_openai_teacher_retries_5xx_and_429_then_caches(tmp_path):
     store = Store(tmp_path / "s.duckdb")
     with StubServer([(500, "boom"), (429, "slow down"), (200, good_answer(3))]) as srv:
