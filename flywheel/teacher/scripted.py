@@ -71,8 +71,9 @@ class ScriptedTeacher:
         known = _plain_words(instructions) | _words(goal) | _words(traj.initial_observation)
         notes = []
         for t, step in enumerate(traj.steps):
-            first_seen = _words(step.observation) - known
-            known |= _words(step.observation) | _words(step.action)
+            shown, named = _words(step.observation), _words(step.action)
+            first_seen = shown - known
+            known |= shown | named
             intent = self.describe(step.action)
             upcoming = self._upcoming(actions[t + 1 : t + 1 + self.lookahead], known)
             if t == 0:
@@ -80,7 +81,7 @@ class ScriptedTeacher:
             else:
                 prev = traj.steps[t - 1]
                 seen = _novel_part(prev.observation, step.observation)
-                here = sorted(n for n in _words(step.action) & first_seen if " " in n)
+                here = sorted(n for n in named & first_seen if " " in n)  # numbered names only
                 spotted = f" I see {' and '.join(here)} here." if here else ""
                 situation = f"'{prev.action}' gave: \"{seen}\"{spotted} This is step {t + 1} of about {total}."
             why = f"After that: {'; then '.join(upcoming)}." if upcoming else "That should complete the goal."
