@@ -22,6 +22,7 @@ def test_dataset_problems():
     assert dataset_problems([good]) == []
     bad = replace(good, steps=[replace(good.steps[0], plan=" ")])
     assert any("empty plan" in p for p in dataset_problems([bad]))
+    assert dataset_problems([bad], needs_plans=False) == []  # a ReAct policy's successes carry no plan
     assert any("not a successful" in p for p in dataset_problems([make_traj(success=False)]))
 
 
