@@ -67,7 +67,7 @@ def test_gate_drops_invalid_steps_before_it_compares_and_before_sft(tmp_path):
     from flywheel.assets.training import training_set
     from flywheel.core.store import Store
     from flywheel.orchestration.partitions import flywheel_partitions, partition_key
-    from flywheel.resources import LoopResource, StoreResource
+    from flywheel.resources import LoopResource, PolicyResource, StoreResource
 
     def bench(tr):
         return replace(tr, benchmark="scienceworld")
@@ -82,7 +82,8 @@ def test_gate_drops_invalid_steps_before_it_compares_and_before_sft(tmp_path):
         result = dg.materialize(
             [refinement.gated_dataset, refinement.gated_dataset_check(flywheel_partitions)],
             partition_key=str(partition_key("scienceworld", 0)), instance=dg.DagsterInstance.ephemeral(),
-            resources={"store": StoreResource(path=str(db.path)), "loop": LoopResource(gate_drops_invalid_steps=drop)},
+            resources={"store": StoreResource(path=str(db.path)), "loop": LoopResource(gate_drops_invalid_steps=drop),
+                       "policy": PolicyResource()},
             raise_on_error=False)
         assert sorted(t for _, t in db.query("SELECT traj_id, task_id FROM gated").iter_rows()) == gated_tasks
         assert db.gate_check_passed("scienceworld", 0) is check_passed
