@@ -91,3 +91,29 @@ def test_gate_drops_invalid_steps_before_it_compares_and_before_sft(tmp_path):
         trajs, _ = training_set(db, "scienceworld", 1, include_synthetic=False, drop_invalid_steps=drop)
         b = next(t for t in trajs if t.task_id == "b")
         assert b.actions == (("b0", "b1", "b2") if drop else ("b0", "b1", "", "b2"))
+
+
+def test_gate_check_asks_for_plans_only_from_a_policy_that_writes_them(tmp_path):
+    """RFT from a ReAct policy gates successes with no plan: the check passes them for `history_mode: react`
+    and fails them for the default (fused) policy, whose SFT set would be malformed."""
+    import dagster as dg
+
+    from flywheel.assets import refinement
+    from flywheel.core.store import Store
+    from flywheel.orchestration.partitions import flywheel_partitions, partition_key
+    from flywheel.resources import LoopResource, PolicyResource, StoreResource
+
+    planless = replace(make_traj(task="a"), benchmark="scienceworld")
+    planless = replace(planless, steps=[replace(s, plan="") for s in planless.steps])
+    for mode, passed in (("react", True), ("fused", False)):
+        db = Store(tmp_path / f"fw-{mode}.duckdb")
+        db.write_trajectories([planless])
+        result = dg.materialize(
+            [refinement.gated_dataset, refinement.gated_dataset_check(flywheel_partitions)],
+            partition_key=str(partition_key("scienceworld", 0)), instance=dg.DagsterInstance.ephemeral(),
+            resources={"store": StoreResource(path=str(db.path)), "loop": LoopResource(),
+                       "policy": PolicyResource(history_mode=mode)},
+            raise_on_error=False)
+        assert db.gate_check_passed("scienceworld", 0) is passed and result.success is passed
+        problems = db.query("SELECT first_problem FROM gate_checks")["first_problem"][0]
+        assert ("empty plan" in (problems or "")) is not passed
