@@ -152,7 +152,7 @@ def gated_dataset_check(partitions_def: dg.PartitionsDefinition) -> dg.AssetChec
 
 
 def check_gated_dataset(context: dg.AssetCheckExecutionContext, store: StoreResource,
-                        loop: LoopResource) -> dg.AssetCheckResult:
+                        loop: LoopResource, policy: PolicyResource) -> dg.AssetCheckResult:
     """Checks gate k's own trajectories; the verdict also goes to the store (`gate_checks`), where the
     loop and `sft_checkpoint(b, k+1)` read it. A check that raises is recorded as failed, as Dagster
     records it."""
@@ -161,7 +161,7 @@ def check_gated_dataset(context: dg.AssetCheckExecutionContext, store: StoreReso
     try:
         # What sft_checkpoint will train on.
         trajs = gated_trajectories(db, db.gated_ids_of(benchmark, k), drop_invalid_steps=loop.gate_drops_invalid_steps)
-        problems = dataset_problems(trajs)
+        problems = dataset_problems(trajs, needs_plans=policy.history_mode != "react")  # ReAct writes no plan
     except Exception as exc:
         db.record_gate_check(benchmark, k, passed=False, trajectories=0, problems=[f"the check raised: {exc!r}"])
         raise

@@ -60,8 +60,9 @@ def without_invalid_steps(tr: Trajectory) -> Trajectory:
     return replace(tr, steps=kept)
 
 
-def dataset_problems(trajs: Sequence[Trajectory]) -> list[str]:
-    """Why a training set is unusable: empty, failed/errored members, or malformed quaternions."""
+def dataset_problems(trajs: Sequence[Trajectory], *, needs_plans: bool = True) -> list[str]:
+    """Why a training set is unusable: empty, failed/errored members, or malformed quaternions.
+    `needs_plans=False` for a policy whose prompts carry no plan (ReAct: thought and action only)."""
     if not trajs:
         return ["dataset is empty"]
     problems = []
@@ -73,7 +74,7 @@ def dataset_problems(trajs: Sequence[Trajectory]) -> list[str]:
         for t, s in enumerate(tr.steps):
             if not s.action.strip():
                 problems.append(f"{tr.traj_id} step {t}: empty action")
-            if not s.plan.strip():
+            if needs_plans and not s.plan.strip():
                 problems.append(f"{tr.traj_id} step {t}: empty plan")
             if not s.thought.strip():
                 problems.append(f"{tr.traj_id} step {t}: empty thought")

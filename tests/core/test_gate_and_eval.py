@@ -22,6 +22,7 @@ def test_dataset_problems():
     assert dataset_problems([good]) == []
     bad = replace(good, steps=[replace(good.steps[0], plan=" ")])
     assert any("empty plan" in p for p in dataset_problems([bad]))
+    assert dataset_problems([bad], needs_plans=False) == []  # a ReAct policy's successes carry no plan
     assert any("not a successful" in p for p in dataset_problems([make_traj(success=False)]))
 
 
@@ -66,7 +67,7 @@ def test_gate_drops_invalid_steps_before_it_compares_and_before_sft(tmp_path):
     from flywheel.assets.training import training_set
     from flywheel.core.store import Store
     from flywheel.orchestration.partitions import flywheel_partitions, partition_key
-    from flywheel.resources import LoopResource, StoreResource
+    from flywheel.resources import LoopResource, PolicyResource, StoreResource
 
     def bench(tr):
         return replace(tr, benchmark="scienceworld")
@@ -81,7 +82,8 @@ def test_gate_drops_invalid_steps_before_it_compares_and_before_sft(tmp_path):
         result = dg.materialize(
             [refinement.gated_dataset, refinement.gated_dataset_check(flywheel_partitions)],
             partition_key=str(partition_key("scienceworld", 0)), instance=dg.DagsterInstance.ephemeral(),
-            resources={"store": StoreResource(path=str(db.path)), "loop": LoopResource(gate_drops_invalid_steps=drop)},
+            resources={"store": StoreResource(path=str(db.path)), "loop": LoopResource(gate_drops_invalid_steps=drop),
+                       "policy": PolicyResource()},
             raise_on_error=False)
         assert sorted(t for _, t in db.query("SELECT traj_id, task_id FROM gated").iter_rows()) == gated_tasks
         assert db.gate_check_passed("scienceworld", 0) is check_passed
@@ -89,3 +91,29 @@ def test_gate_drops_invalid_steps_before_it_compares_and_before_sft(tmp_path):
         trajs, _ = training_set(db, "scienceworld", 1, include_synthetic=False, drop_invalid_steps=drop)
         b = next(t for t in trajs if t.task_id == "b")
         assert b.actions == (("b0", "b1", "b2") if drop else ("b0", "b1", "", "b2"))
+
+
+def test_gate_check_asks_for_plans_only_from_a_policy_that_writes_them(tmp_path):
+    """RFT from a ReAct policy gates successes with no plan: the check passes them for `history_mode: react`
+    and fails them for the default (fused) policy, whose SFT set would be malformed."""
+    import dagster as dg
+
+    from flywheel.assets import refinement
+    from flywheel.core.store import Store
+    from flywheel.orchestration.partitions import flywheel_partitions, partition_key
+    from flywheel.resources import LoopResource, PolicyResource, StoreResource
+
+    planless = replace(make_traj(task="a"), benchmark="scienceworld")
+    planless = replace(planless, steps=[replace(s, plan="") for s in planless.steps])
+    for mode, passed in (("react", True), ("fused", False)):
+        db = Store(tmp_path / f"fw-{mode}.duckdb")
+        db.write_trajectories([planless])
+        result = dg.materialize(
+            [refinement.gated_dataset, refinement.gated_dataset_check(flywheel_partitions)],
+            partition_key=str(partition_key("scienceworld", 0)), instance=dg.DagsterInstance.ephemeral(),
+            resources={"store": StoreResource(path=str(db.path)), "loop": LoopResource(),
+                       "policy": PolicyResource(history_mode=mode)},
+            raise_on_error=False)
+        assert db.gate_check_passed("scienceworld", 0) is passed and result.success is passed
+        problems = db.query("SELECT first_problem FROM gate_checks")["first_problem"][0]
+        assert ("empty plan" in (problems or "")) is not passed

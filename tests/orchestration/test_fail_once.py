@@ -176,7 +176,7 @@ def test_gate_check_verdict_goes_to_the_store_even_when_the_check_raises(tmp_pat
     db.record_gate_check(BENCH, 0, passed=True, trajectories=3, problems=[])  # an earlier gate's verdict
     seen = []
 
-    def boom(trajs):
+    def boom(trajs, **_):
         seen.append(db.gate_check_passed(BENCH, 0))
         raise RuntimeError("disk on fire")
 
