@@ -18,6 +18,7 @@ from flywheel.assets.training import gated_trajectories, sft_checkpoint
 from flywheel.config.validation import check_options
 from flywheel.core.gate import dataset_problems, reward_gate, without_invalid_steps
 from flywheel.core.metrics import summarize
+from flywheel.core.prompting import writes_plans
 from flywheel.core.sampling import (
     allocate_attempts,
     cap_per_task,
@@ -161,7 +162,7 @@ def check_gated_dataset(context: dg.AssetCheckExecutionContext, store: StoreReso
     try:
         # What sft_checkpoint will train on.
         trajs = gated_trajectories(db, db.gated_ids_of(benchmark, k), drop_invalid_steps=loop.gate_drops_invalid_steps)
-        problems = dataset_problems(trajs, needs_plans=policy.history_mode != "react")  # ReAct writes no plan
+        problems = dataset_problems(trajs, needs_plans=writes_plans(policy.history_mode))
     except Exception as exc:
         db.record_gate_check(benchmark, k, passed=False, trajectories=0, problems=[f"the check raised: {exc!r}"])
         raise

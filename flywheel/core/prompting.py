@@ -46,6 +46,11 @@ def check_history_mode(mode: str) -> str:
     return mode
 
 
+def writes_plans(mode: str) -> bool:
+    """Whether a policy of this history mode writes a plan line (ReAct writes thought and action only)."""
+    return check_history_mode(mode) != "react"
+
+
 @dataclass(frozen=True)
 class PromptShape:
     """How every step's prompt is built: declared once here, the same for SFT examples, rollouts

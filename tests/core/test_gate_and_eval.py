@@ -57,17 +57,27 @@ def test_without_invalid_steps_keeps_what_the_agent_saw():
     assert len(tr.steps) == 5  # the input is not modified
 
 
+def materialize_gate_and_check(db, loop, policy):
+    """gated_dataset(scienceworld, 0) and its blocking check on `db`, with these loop and policy resources."""
+    import dagster as dg
+
+    from flywheel.assets import refinement
+    from flywheel.orchestration.partitions import flywheel_partitions, partition_key
+    from flywheel.resources import StoreResource
+
+    return dg.materialize(
+        [refinement.gated_dataset, refinement.gated_dataset_check(flywheel_partitions)],
+        partition_key=str(partition_key("scienceworld", 0)), instance=dg.DagsterInstance.ephemeral(),
+        resources={"store": StoreResource(path=str(db.path)), "loop": loop, "policy": policy}, raise_on_error=False)
+
+
 def test_gate_drops_invalid_steps_before_it_compares_and_before_sft(tmp_path):
     """A success that is a seed's path plus a rejected detour adds nothing once the detour is gone; a new path
     keeps its valid steps only, in the gate's check and in the SFT set. Off (the default): both pass as played,
     and the check fails on the empty action."""
-    import dagster as dg
-
-    from flywheel.assets import refinement
     from flywheel.assets.training import training_set
     from flywheel.core.store import Store
-    from flywheel.orchestration.partitions import flywheel_partitions, partition_key
-    from flywheel.resources import LoopResource, PolicyResource, StoreResource
+    from flywheel.resources import LoopResource, PolicyResource
 
     def bench(tr):
         return replace(tr, benchmark="scienceworld")
@@ -79,12 +89,7 @@ def test_gate_drops_invalid_steps_before_it_compares_and_before_sft(tmp_path):
     for drop, gated_tasks, check_passed in ((False, ["a", "b"], False), (True, ["b"], True)):
         db = Store(tmp_path / f"fw-{drop}.duckdb")
         db.write_trajectories([seed, detour, new])
-        result = dg.materialize(
-            [refinement.gated_dataset, refinement.gated_dataset_check(flywheel_partitions)],
-            partition_key=str(partition_key("scienceworld", 0)), instance=dg.DagsterInstance.ephemeral(),
-            resources={"store": StoreResource(path=str(db.path)), "loop": LoopResource(gate_drops_invalid_steps=drop),
-                       "policy": PolicyResource()},
-            raise_on_error=False)
+        result = materialize_gate_and_check(db, LoopResource(gate_drops_invalid_steps=drop), PolicyResource())
         assert sorted(t for _, t in db.query("SELECT traj_id, task_id FROM gated").iter_rows()) == gated_tasks
         assert db.gate_check_passed("scienceworld", 0) is check_passed
         assert result.success is check_passed  # the blocking check fails the run on the empty action
@@ -96,24 +101,15 @@ def test_gate_drops_invalid_steps_before_it_compares_and_before_sft(tmp_path):
 def test_gate_check_asks_for_plans_only_from_a_policy_that_writes_them(tmp_path):
     """RFT from a ReAct policy gates successes with no plan: the check passes them for `history_mode: react`
     and fails them for the default (fused) policy, whose SFT set would be malformed."""
-    import dagster as dg
-
-    from flywheel.assets import refinement
     from flywheel.core.store import Store
-    from flywheel.orchestration.partitions import flywheel_partitions, partition_key
-    from flywheel.resources import LoopResource, PolicyResource, StoreResource
+    from flywheel.resources import LoopResource, PolicyResource
 
     planless = replace(make_traj(task="a"), benchmark="scienceworld")
     planless = replace(planless, steps=[replace(s, plan="") for s in planless.steps])
     for mode, passed in (("react", True), ("fused", False)):
         db = Store(tmp_path / f"fw-{mode}.duckdb")
         db.write_trajectories([planless])
-        result = dg.materialize(
-            [refinement.gated_dataset, refinement.gated_dataset_check(flywheel_partitions)],
-            partition_key=str(partition_key("scienceworld", 0)), instance=dg.DagsterInstance.ephemeral(),
-            resources={"store": StoreResource(path=str(db.path)), "loop": LoopResource(),
-                       "policy": PolicyResource(history_mode=mode)},
-            raise_on_error=False)
+        result = materialize_gate_and_check(db, LoopResource(), PolicyResource(history_mode=mode))
         assert db.gate_check_passed("scienceworld", 0) is passed and result.success is passed
         problems = db.query("SELECT first_problem FROM gate_checks")["first_problem"][0]
         assert ("empty plan" in (problems or "")) is not passed
