@@ -13,6 +13,12 @@ normalisation), with beta = 0 (no KL term, TRL's default):
 With one pass over the data (`epochs=1`) rho = 1 and the step is the plain policy gradient.
 Groups whose rewards are all equal carry no signal (A = 0) and are left out.
 
+Memory: an optimizer step of `batch_size` transcripts runs one transcript per forward/backward pass and
+accumulates (`accumulate_step`), the same loss as the whole padded batch in one pass. In one pass, 4 ReAct
+transcripts of up to ~2,000 tokens (SmolLM2-135M, float32, full-vocabulary logits and eager activations
+for every position) took the update process to 19.4 GiB RSS and the OOM killer on the 24 GiB machine
+(cpu-comparison-scienceworld's `grpo`, update step 8 of k=1).
+
 Why not TRL's GRPOTrainer: it generates inside the trainer, one completion per prompt; its
 multi-turn paths are tool calling (`environment_factory`, which needs a tool-calling chat
 template and envs exposed as tool methods; our envs take free-text actions and SmolLM2-135M's
@@ -56,7 +62,7 @@ class GRPOSettings:
     learning_rate: float = option(1e-5, help="GRPO learning rate")
     epochs: int = option(1, help="passes over the rollouts (TRL's num_iterations); > 1 makes the clip matter")
     clip: float = option(0.2, help="epsilon of the clipped probability ratio")
-    batch_size: int = option(4, help="transcripts per GRPO optimizer step")
+    batch_size: int = option(4, help="transcripts per GRPO optimizer step (one per forward pass, accumulated)")
     max_length: int = option(3072, help="transcripts longer than this many tokens are dropped, never truncated")
     max_observation_chars: int | None = option(None, help="past observations cut to this many characters")
     seed: int = option(0, help="the GRPO update's seed")
@@ -102,14 +108,30 @@ def token_logps(model, input_ids, attention_mask):
     return selective_log_softmax(logits.float(), input_ids[:, 1:])
 
 
-def clipped_loss(logps, old_logps, advantages, mask, clip: float):
-    """TRL GRPO's clipped surrogate, token-level normalised; `mask` selects the agent's tokens."""
+def clipped_loss(logps, old_logps, advantages, mask, clip: float, n_tokens: float | None = None):
+    """TRL GRPO's clipped surrogate, token-level normalised; `mask` selects the agent's tokens. `n_tokens`:
+    normalise by the agent tokens of the whole optimizer step instead of this batch's (accumulation)."""
     import torch
 
     ratio = torch.exp(logps - old_logps)
     adv = advantages.unsqueeze(1)
     per_token = -torch.minimum(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)
-    return (per_token * mask).sum() / mask.sum().clamp_min(1)
+    return (per_token * mask).sum() / (mask.sum().clamp_min(1) if n_tokens is None else n_tokens)
+
+
+def accumulate_step(model, rows: Sequence[dict[str, Any]], old: Sequence[Any], pad_token_id: int, clip: float) -> float:
+    """Backpropagate one optimizer step's loss over `rows` one transcript at a time (`old[i]`: the playing
+    policy's token log-probs of `rows[i]`); gradients accumulate in the model. Returns the step's loss: the
+    clipped surrogate over every agent token of the step, as `clipped_loss` on the whole padded batch."""
+    n_tokens = max(sum(sum(r["mask"][1:]) for r in rows), 1)
+    total = 0.0
+    for row, old_lp in zip(rows, old, strict=True):
+        ids, att, mask, adv = collate([row], pad_token_id)
+        loss = clipped_loss(token_logps(model, ids, att), old_lp[: ids.shape[1] - 1].unsqueeze(0), adv, mask, clip,
+                            n_tokens=n_tokens)
+        loss.backward()
+        total += float(loss.detach())
+    return total
 
 
 def collate(rows: Sequence[dict[str, Any]], pad_token_id: int):
@@ -158,15 +180,12 @@ def train_grpo(
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     order = list(range(len(kept)))
-    batches = [order[i: i + cfg.batch_size] for i in range(0, len(order), cfg.batch_size)]
     with torch.no_grad():  # log-probs of the policy that played the episodes (rho's denominator)
         model.eval()
         old = {}
-        for b in batches:
-            ids, att, _, _ = collate([kept[i] for i in b], pad_id)
-            lp = token_logps(model, ids, att)
-            for j, i in enumerate(b):
-                old[i] = lp[j]
+        for i in order:
+            ids, att, _, _ = collate([kept[i]], pad_id)
+            old[i] = token_logps(model, ids, att)[0]
         model.train()
     rng = random.Random(cfg.seed)
     losses, steps, started = [], 0, time.monotonic()
@@ -174,15 +193,11 @@ def train_grpo(
         rng.shuffle(order)
         for s in range(0, len(order), cfg.batch_size):
             b = order[s: s + cfg.batch_size]
-            ids, att, mask, adv = collate([kept[i] for i in b], pad_id)
-            old_lp = torch.nn.utils.rnn.pad_sequence([old[i] for i in b], batch_first=True)[:, : ids.shape[1] - 1]
-            loss = clipped_loss(token_logps(model, ids, att), old_lp, adv, mask, cfg.clip)
             opt.zero_grad()
-            loss.backward()
+            losses.append(accumulate_step(model, [kept[i] for i in b], [old[i] for i in b], pad_id, cfg.clip))
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             steps += 1
-            losses.append(float(loss.detach()))
             progress(f"grpo epoch {epoch + 1}/{cfg.epochs} step {steps} loss={losses[-1]:.4f} "
                      f"({time.monotonic() - started:.0f}s)")
     model.eval()

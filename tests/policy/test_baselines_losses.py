@@ -82,3 +82,31 @@ def test_grpo_raises_positive_advantage_and_lowers_negative(tiny, tmp_path):
     # A group whose episodes all scored alike carries no signal: no update, said so.
     with pytest.raises(NoLearningSignal):
         train_grpo(tiny, [good, _traj("t", ["buy"], reward=1.0, sample=2)], INSTRUCTIONS, tmp_path / "none")
+
+
+def test_grpo_step_one_transcript_at_a_time_equals_the_whole_batch(tiny):
+    """accumulate_step (one transcript per pass, for memory) gives the whole padded batch's loss and gradient."""
+    from flywheel.policy.grpo import accumulate_step, clipped_loss, collate
+
+    tok, model = load_tokenizer(tiny), load_model(tiny)
+    trajs = [_traj("t", ["search[red shoes]", "click[b01]", "buy now"], reward=1.0),
+             _traj("t", ["click[next >]"], reward=0.0, sample=1)]  # different lengths: the batch pads one
+    rows = []
+    for t, adv in zip(trajs, (0.7, -0.7), strict=True):
+        ids, mask = agent_tokens(tok, transcript(t, INSTRUCTIONS))
+        rows.append({"input_ids": ids, "mask": mask, "advantage": adv})
+    with torch.no_grad():  # a playing policy other than the model, so that ratios differ from 1 and some clip
+        old = [token_logps(model, *collate([r], 0)[:2])[0] + torch.linspace(-0.3, 0.3, len(r["input_ids"]) - 1)
+               for r in rows]
+
+    ids, att, mask, adv = collate(rows, 0)
+    old_padded = torch.nn.utils.rnn.pad_sequence(old, batch_first=True)
+    whole = clipped_loss(token_logps(model, ids, att), old_padded, adv, mask, 0.2)
+    whole.backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+
+    got_loss = accumulate_step(model, rows, old, 0, 0.2)
+    assert got_loss == pytest.approx(float(whole.detach()), rel=1e-5, abs=1e-6)
+    assert want and all(torch.allclose(p.grad, want[n], rtol=1e-4, atol=1e-6)
+                        for n, p in model.named_parameters() if n in want)
