@@ -47,6 +47,20 @@ def _md(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
+def render_behaviour(res: dict[str, Any]) -> list[str]:
+    """What the greedy evaluation did, beside whether it won: the share of its actions the env rejected
+    (invalid: an observation, not an error) and its steps per episode (an episode that fails runs to the limit)."""
+    splits = res["splits"]
+    rows = [[r["k"], *[f"{100 * e['invalid_action_rate']:.1f}% / {e['mean_steps']:.1f}"
+                       if (e := r["splits"].get(s)) and e.get("invalid_action_rate") is not None
+                       and e.get("mean_steps") is not None else "-" for s in splits]]
+            for r in res["per_k"] if r["splits"]]
+    if not any(cell != "-" for row in rows for cell in row[1:]):
+        return []
+    return ["**Behaviour** of the greedy evaluation (invalid actions / steps per episode):", "",
+            _md(["k", *[f"{s} invalid / steps" for s in splits]], rows), ""]
+
+
 def render_answer_lengths(res: dict[str, Any]) -> list[str]:
     """Answer lengths against the generation budget, for the arms that recorded them: the SFT answers each
     checkpoint learned, and the share of its evaluation steps whose answer reached `max_new_tokens` (cut)."""
@@ -135,6 +149,7 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
                        "SFT tokens/s", "rollouts",
                        "rollout pass rate %", "train pass@n % (tasks)", "seed-task pass %", "non-seed-task pass %",
                        "episodes/min", "gated new", "gated tasks", "gated tasks w/o seed", "gated total"], flow), ""]
+        parts += render_behaviour(res)
         parts += render_answer_lengths(res)
         parts += [f"Seed tasks (teacher trajectories): {res['seed_tasks']}.", ""]
         if res.get("by_task_type"):

@@ -128,6 +128,28 @@ def test_the_report_counts_answers_cut_by_the_generation_budget(tmp_path):
     assert render_answer_lengths({"splits": ["unseen"], "per_k": [{"k": 0, "splits": {"unseen": {}}}]}) == []
 
 
+def test_the_report_gives_invalid_actions_and_steps_per_episode_per_split(tmp_path):
+    """Beside success, what the greedy evaluation did: the share of rejected (invalid) actions and the steps per
+    episode, per checkpoint and split, from the evaluation's summary; arms that recorded neither get no table."""
+    from flywheel.core.metrics import summarize
+    from flywheel.core.trajectory import Step, Trajectory
+    from flywheel.reports.render import render_behaviour
+    from flywheel.reports.results import arm_results
+
+    db = Store(tmp_path / "a.duckdb")
+    trajs = [Trajectory(benchmark="b", split="unseen", task_id=f"t{i}", source="policy", iteration=0, sample=0,
+                        goal="g", steps=[Step(observation="o", thought="e", plan="p", action="a", invalid=bad)
+                                         for bad in flags])
+             for i, flags in enumerate([[True, False, False], [True]])]  # 2 of 4 actions rejected, 2 steps/episode
+    db.write_trajectories(trajs)
+    db.write_evaluation({"benchmark": "b", "iteration": 0, "split": "unseen", "checkpoint_id": "c",
+                         **summarize(trajs)})
+    res = {**arm_results(db, "b", 0, {}, ("unseen",)), "splits": ["seen", "unseen"]}
+    table = "\n".join(render_behaviour(res))
+    assert "| k | seen invalid / steps | unseen invalid / steps |" in table and "| 0 | - | 50.0% / 2.0 |" in table
+    assert render_behaviour({"splits": ["unseen"], "per_k": [{"k": 0, "splits": {"unseen": {}}}]}) == []
+
+
 def test_the_report_gives_average_reward_an_interval_and_a_paired_difference(tmp_path):
     """Average reward (WebShop's metric) gets a bootstrap interval over episodes per checkpoint and a paired
     bootstrap difference between checkpoints, beside the success rate's; the report renders both."""
