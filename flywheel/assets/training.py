@@ -127,7 +127,7 @@ def sft_checkpoint(
         start_model = checkpoint_for(db, benchmark, k - 1)["path"]
     spec = envs.spec(benchmark)
     instructions = spec.system_prompt()
-    cfg = policy.train_config()
+    cfg = policy.train_config(k)
     mode, scorer = curriculum.mode(), curriculum.scorer()
     scored = scorer.score_all(trajs, spec)
     if mode == "shuffle":  # recorded as loaded; the trainer shuffles

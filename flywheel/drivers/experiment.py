@@ -162,7 +162,7 @@ def run_arm(
         if stage.startswith("sft:") and k and controls:  # the equal-compute control: the same steps as `controls`
             extra["matched_steps_of"], extra["steps"] = controls, controlled_steps(preset, arm, controls, k,
                                                                                   arm_dir.parent, results)
-            stage_jobs = jobs_for({"max_train_steps": extra["steps"], "whole_passes": False})
+            stage_jobs = jobs_for(control_budget(extra["steps"]))
         try:
             run_stage(stage_jobs[job_for(stage)], key or preset.benchmark, selection, instance)
         except GateBlocked as exc:  # nothing passed the gate: K stops here, a result, not a crash
@@ -260,6 +260,12 @@ def controlled_steps(preset: Preset, arm: str, target: str, k: int, runs: Path, 
         raise ConfigurationError(f"arm {arm!r} trains as many SFT steps as arm {target!r} at k={k}, which has not "
                                  f"trained checkpoint {k} yet: run arm {target!r} first (arms run in dependency order)")
     return int(steps[k])
+
+
+def control_budget(steps: int) -> dict[str, Any]:
+    """The policy fields of the equal-compute control's SFT at k > 0: exactly `steps` optimizer steps (those the
+    controlled arm trained at k), whatever the preset's own k > 0 budget (`refine_train_steps`) or rounding."""
+    return {"max_train_steps": steps, "refine_train_steps": None, "whole_passes": False}
 
 
 # Fields that cannot change the k=0 SFT (which rollouts and evaluations play, how they sample, and how k > 0

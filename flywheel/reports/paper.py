@@ -7,7 +7,7 @@
 - Table 4: SFT vs SFT+DPO vs SFT+GRPO vs BPO (on `envs.DEFAULT_BENCHMARK` when given, else the first
   experiment's benchmark).
 - Table 5: tokens per step and success, fused vs full-history long thoughts (bpo-stage1 vs react-sft at k=0:
-  the same expert data, the same SFT, only the prompt differs).
+  the same expert data, the same SFT, only the prompt differs; bpo-stage2's k=0 where no bpo-stage1 arm ran).
 - Fig. 2: success by complexity bucket (gold path length; the spec's `eval_bucket_edges`).
 
 Each method's row is its last evaluated checkpoint. Every cell has n and a 95% interval: success rates
@@ -240,7 +240,10 @@ def table4(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[s
 
 
 def table5(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[str]]]:
-    pick = _arms(data, "bpo-stage1", benchmark=benchmark) + _arms(data, "react-sft", benchmark=benchmark)
+    # The fused k=0 is bpo-stage1's (the same expert data as react-sft); without that arm, bpo-stage2's (the
+    # same prompt shape with stage 2's synthetic tasks added: the mode column says so).
+    fused = _arms(data, "bpo-stage1", benchmark=benchmark) or _arms(data, "bpo-stage2", benchmark=benchmark)
+    pick = fused + _arms(data, "react-sft", benchmark=benchmark)
     if not pick:  # any k=0 SFT of either prompt shape
         pick = [a for a in data["arms"] if a["benchmark"] == benchmark and 0 in a["checkpoints"]
                 and a["method"] != "base"]
@@ -251,6 +254,8 @@ def table5(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[s
             continue
         ck = a["checkpoints"][0]
         mode = "fused (plan + action history)" if a["history_mode"] == "fused" else "full history (ReAct, long thoughts)"
+        if a["method"] == "bpo-stage2":
+            mode += ", with stage 2's synthetic tasks"
         for s in splits:
             v = ck["splits"].get(s)
             if v:

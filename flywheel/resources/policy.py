@@ -47,6 +47,11 @@ class PolicyResource(dg.ConfigurableResource):
     # cpu-scienceworld k=1 from the base model at the same 16 steps under-fit: 30/100 vs 41/100 from k-1.
     refine_from: str = setting("previous", sft0=False, help='where checkpoint k > 0 starts: "previous" '
                                '(checkpoint k-1, the measured best) or "base" (the base model)')
+    # ALFWorld's k=0 needs three passes from the base model; k > 0 continues from k-1, already fitted to most of
+    # its set, so one pass over the grown set keeps each iteration inside a sitting (experiments/cpu-alfworld.yaml).
+    refine_train_steps: int | None = setting(
+        None, sft0=False, help="SFT optimizer steps per checkpoint k > 0, rounded to whole passes as "
+        "max_train_steps is (null: max_train_steps, as k=0)", bound=Bound(1, 1_000_000))
     # "all" is the default since cpu-scienceworld K=2 +18 [+10, +26] vs k=0, where "matched" gave 0.0 [-10, +9]
     # after its draw left lifespan-shortest-lived out (9/20 -> 0/20).
     replay: str = setting("all", sft0=False, help='what k > 0 trains on: "all" (seeds, curriculum and every gated '
@@ -105,8 +110,10 @@ class PolicyResource(dg.ConfigurableResource):
         """The one prompt shape of this policy's SFT examples, rollouts and evaluations."""
         return PromptShape(**self._same_named(PromptShape))
 
-    def train_config(self) -> TrainConfig:
-        return TrainConfig(**{**self._same_named(TrainConfig), "max_steps": self.max_train_steps,
+    def train_config(self, k: int = 0) -> TrainConfig:
+        """Checkpoint k's SFT config: `refine_train_steps` (when set) caps every k > 0."""
+        steps = self.max_train_steps if k == 0 or self.refine_train_steps is None else self.refine_train_steps
+        return TrainConfig(**{**self._same_named(TrainConfig), "max_steps": steps,
                               "lora_alpha": 2 * self.lora_r, "prompt": self.prompt_shape()})
 
     def rollout_config(self, *, evaluation: bool = False, max_steps: int | None = None) -> RolloutConfig:

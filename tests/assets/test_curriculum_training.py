@@ -159,3 +159,33 @@ def test_refine_from_previous_continues_from_checkpoint_k_minus_1_on_new_success
     meta = result.get_asset_materialization_events()[0].materialization.metadata
     assert meta["gated_trajectories"].value == 2 and meta["seed_or_curriculum_trajectories"].value == 7
 
+
+
+def test_refine_train_steps_caps_every_k_above_0_and_leaves_k0_alone(tmp_path, monkeypatch):
+    """policy.refine_train_steps: k=0 trains max_train_steps from the base model, each k > 0 the refine budget
+    (null: max_train_steps at every k); the cap reaches the trainer's config."""
+    db = store_with_seeds(tmp_path / "fw.duckdb")
+    steps = []
+
+    def fake_train(base, examples, out, cfg, progress=None):
+        steps.append(cfg.max_steps)
+        return TrainResult(path=str(out), n_examples=len(examples), n_dropped=0, train_loss=1.0, steps=cfg.max_steps)
+
+    monkeypatch.setattr(training_assets, "train_sft", fake_train)
+
+    def sft(k, **policy):
+        return dg.materialize(
+            [training_assets.sft_checkpoint], partition_key=str(partition_key(BENCH, k)),
+            instance=dg.DagsterInstance.ephemeral(),
+            resources={"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "envs": EnvResource(),
+                       "policy": TransformersPolicy(base_model_path="the-base", checkpoints_dir=str(tmp_path / "ck"),
+                                                    max_train_steps=30, **policy),
+                       "curriculum": CurriculumResource(order="shuffle"), "loop": LoopResource()}).success
+
+    assert sft(0, refine_train_steps=10)
+    new = [marked(20, 3, source="policy")]
+    db.write_trajectories(new)
+    db.write_gated(BENCH, 0, [(t.traj_id, t.task_id) for t in new], candidates=1)
+    assert sft(1, refine_train_steps=10) and sft(1)
+    assert steps == [30, 10, 30]
+    assert '"train_steps": 30' in db.latest_checkpoint(BENCH, 1)["lineage"]  # the unset knob's run, recorded

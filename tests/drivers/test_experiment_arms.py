@@ -128,6 +128,16 @@ def test_whole_passes_round_the_cap_to_passes_and_off_keeps_it():
     assert planned_steps(157, TrainConfig(max_steps=-1)) == -1  # epochs decide
 
 
+def test_the_control_trains_exactly_the_controlled_arms_steps_whatever_the_k_above_0_budget():
+    from flywheel.drivers.experiment import control_budget
+    from flywheel.resources import TransformersPolicy
+
+    preset_policy = {"max_train_steps": 102, "refine_train_steps": 34}  # cpu-alfworld's shape
+    assert TransformersPolicy(**preset_policy).train_config(1).max_steps == 34
+    cfg = TransformersPolicy(**{**preset_policy, **control_budget(41)}).train_config(1)
+    assert cfg.max_steps == 41 and planned_steps(300, cfg) == 41  # not rounded to whole passes
+
+
 def test_replicates_pool_with_a_two_level_bootstrap():
     from flywheel.core.quality import paired_difference, replicate_difference
 

@@ -116,7 +116,7 @@ def test_the_fields_that_cannot_change_a_k0_sft_are_read_from_their_declarations
 
     policy, envs = set(NOT_IN_SFT0["policy"]), set(NOT_IN_SFT0["envs"])
     assert {"samples_per_task", "temperature", "eval_temperature", "max_new_tokens", "parallel_envs", "keep_server",
-            "refine_from", "replay", "rollout_seed", "stop_on_loop"} <= policy
+            "refine_from", "refine_train_steps", "replay", "rollout_seed", "stop_on_loop"} <= policy
     assert not policy & {"learning_rate", "batch_size", "max_train_steps", "max_length", "history_mode",
                          "history_window", "seed", "base_model_path", "whole_passes", "micro_batch_size"}
     assert envs == {"train_limit", "eval_limit"}  # seed_limit, task_types change the seeds; max_steps, the curriculum

@@ -225,3 +225,15 @@ def test_the_stage_ablation_pairs_each_run_with_its_own_previous_stage():
     assert header[-1].startswith("vs SFT (`react-sft-r2`)")
     assert got["SFT + DPO (ETO), k=1"] == "+20.0" and got["SFT + GRPO, k=1"] == "-10.0"
     assert got["SFT (ReAct), k=0"] == "+10.0" and got["SFT (ReAct) (`react-sft-r2`), k=0"] == "-"
+
+
+def test_table5_compares_a_fused_k0_with_react_sft_on_each_benchmark(tmp_path):
+    """Table 5 takes bpo-stage1's k=0 as the fused one, else bpo-stage2's (WebShop ran no bpo-stage1), read from
+    the committed results."""
+    presets = [(load_preset(n), tmp_path / n) for n in ("cpu-comparison-scienceworld", "cpu-comparison-webshop")]
+    data = paper.collect(presets)
+    for bench, fused in (("scienceworld", "fused (plan + action history)"),
+                         ("webshop", "fused (plan + action history), with stage 2's synthetic tasks")):
+        _, rows = paper.table5(data, bench)
+        modes = {r[1] for r in rows}
+        assert modes == {fused, "full history (ReAct, long thoughts)"}, (bench, modes)
