@@ -111,6 +111,17 @@ def test_staged_order_goes_bucket_by_bucket(tmp_path, monkeypatch):
     assert buckets == sorted(buckets, key=["easy", "medium", "hard"].index) and buckets.count("easy") == 2
 
 
+def _sft_at(tmp_path, k, **policy):
+    """Materialize sft_checkpoint k over the store in tmp_path, shuffled, with these policy fields."""
+    return dg.materialize(
+        [training_assets.sft_checkpoint], partition_key=str(partition_key(BENCH, k)),
+        instance=dg.DagsterInstance.ephemeral(),
+        resources={"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "envs": EnvResource(),
+                   "policy": TransformersPolicy(base_model_path="the-base", checkpoints_dir=str(tmp_path / "ck"),
+                                                **policy),
+                   "curriculum": CurriculumResource(order="shuffle"), "loop": LoopResource()})
+
+
 def test_refine_from_previous_continues_from_checkpoint_k_minus_1_on_new_successes(tmp_path, monkeypatch):
     """policy.refine_from="previous": k=1 starts from checkpoint 0 and trains on gate 0's new
     successes plus as many replayed seed/curriculum trajectories, not on everything again."""
@@ -124,13 +135,7 @@ def test_refine_from_previous_continues_from_checkpoint_k_minus_1_on_new_success
     monkeypatch.setattr(training_assets, "train_sft", fake_train)
 
     def sft(k, refine_from, replay="matched"):
-        return dg.materialize(
-            [training_assets.sft_checkpoint], partition_key=str(partition_key(BENCH, k)),
-            instance=dg.DagsterInstance.ephemeral(),
-            resources={"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "envs": EnvResource(),
-                       "policy": TransformersPolicy(base_model_path="the-base", checkpoints_dir=str(tmp_path / "ck"),
-                                                    refine_from=refine_from, replay=replay),
-                       "curriculum": CurriculumResource(order="shuffle"), "loop": LoopResource()})
+        return _sft_at(tmp_path, k, refine_from=refine_from, replay=replay)
 
     assert sft(0, "previous").success
     base0, _ = calls[-1]
@@ -160,7 +165,6 @@ def test_refine_from_previous_continues_from_checkpoint_k_minus_1_on_new_success
     assert meta["gated_trajectories"].value == 2 and meta["seed_or_curriculum_trajectories"].value == 7
 
 
-
 def test_refine_train_steps_caps_every_k_above_0_and_leaves_k0_alone(tmp_path, monkeypatch):
     """policy.refine_train_steps: k=0 trains max_train_steps from the base model, each k > 0 the refine budget
     (null: max_train_steps at every k); the cap reaches the trainer's config."""
@@ -174,13 +178,7 @@ def test_refine_train_steps_caps_every_k_above_0_and_leaves_k0_alone(tmp_path, m
     monkeypatch.setattr(training_assets, "train_sft", fake_train)
 
     def sft(k, **policy):
-        return dg.materialize(
-            [training_assets.sft_checkpoint], partition_key=str(partition_key(BENCH, k)),
-            instance=dg.DagsterInstance.ephemeral(),
-            resources={"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "envs": EnvResource(),
-                       "policy": TransformersPolicy(base_model_path="the-base", checkpoints_dir=str(tmp_path / "ck"),
-                                                    max_train_steps=30, **policy),
-                       "curriculum": CurriculumResource(order="shuffle"), "loop": LoopResource()}).success
+        return _sft_at(tmp_path, k, max_train_steps=30, **policy).success
 
     assert sft(0, refine_train_steps=10)
     new = [marked(20, 3, source="policy")]
