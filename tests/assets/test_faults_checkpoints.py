@@ -41,6 +41,20 @@ def materialize_sft(tmp_path, calls, **policy):
     return result.get_asset_materialization_events()[0].materialization.metadata
 
 
+def materialize_killed(tmp_path, killed_train, **policy):
+    """A run of sft_checkpoint whose training dies (`killed_train` raises)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(training_assets, "train_sft", killed_train)
+        result = dg.materialize(
+            [training_assets.sft_checkpoint], partition_key=str(partition_key(BENCH, 0)),
+            instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
+            resources={"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "envs": EnvResource(),
+                       "policy": TransformersPolicy(base_model_path="unused", checkpoints_dir=str(tmp_path / "ck"),
+                                                    **policy),
+                       "curriculum": CurriculumResource(), "loop": LoopResource()})
+    assert not result.success
+
+
 def test_rerun_reuses_the_recorded_checkpoint_and_new_training_never_touches_it(tmp_path):
     db = store_with_seeds(tmp_path / "fw.duckdb")
     calls: list[Path] = []
@@ -115,15 +129,7 @@ def test_a_killed_sfts_leftovers_are_removed_by_the_next_run_and_recorded_ones_k
         Path(out).mkdir()
         raise RuntimeError("killed")
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(training_assets, "train_sft", killed_train)
-        result = dg.materialize(
-            [training_assets.sft_checkpoint], partition_key=str(partition_key(BENCH, 0)),
-            instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
-            resources={"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "envs": EnvResource(),
-                       "policy": TransformersPolicy(base_model_path="unused", checkpoints_dir=str(tmp_path / "ck")),
-                       "curriculum": CurriculumResource(), "loop": LoopResource()})
-    assert not result.success
+    materialize_killed(tmp_path, killed_train)
     [left] = killed
     assert left.is_dir() and Path(str(left) + ".partial").is_dir()
 
@@ -132,20 +138,6 @@ def test_a_killed_sfts_leftovers_are_removed_by_the_next_run_and_recorded_ones_k
     assert (kept / "config.json").is_file() and foreign.is_dir() and calls[-1].is_dir()
     assert not list(folder.glob("*.started"))
 
-
-
-def materialize_killed(tmp_path, killed_train, **policy):
-    """A run of sft_checkpoint whose training dies (`killed_train` raises)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(training_assets, "train_sft", killed_train)
-        result = dg.materialize(
-            [training_assets.sft_checkpoint], partition_key=str(partition_key(BENCH, 0)),
-            instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
-            resources={"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "envs": EnvResource(),
-                       "policy": TransformersPolicy(base_model_path="unused", checkpoints_dir=str(tmp_path / "ck"),
-                                                    **policy),
-                       "curriculum": CurriculumResource(), "loop": LoopResource()})
-    assert not result.success
 
 
 def test_a_killed_sft_of_the_same_training_is_resumed_in_its_own_folder(tmp_path):
