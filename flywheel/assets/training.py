@@ -167,7 +167,9 @@ def sft_checkpoint(
                "tokens_per_pass": result.tokens_per_pass,
                "tokens_trained": round(result.tokens_per_pass * result.steps * cfg.batch_size * cfg.grad_accum
                                        * result.world_size / max(result.n_examples, 1)),
-               "train_seconds": round(time.monotonic() - started, 1),
+               # This attempt's: an SFT resumed after a kill (from its state at step resumed_at_step) is timed
+               # over the steps it trained.
+               "train_seconds": round(time.monotonic() - started, 1), "resumed_at_step": result.resumed_at,
                # Equal weights, equal hash: arms that share this k=0 across machines check it (flywheel.core.provenance).
                "weights_sha256": _weights_hash(result.path),
                "examples_never_trained": examples_never_trained(result.n_examples, cfg, result.world_size),

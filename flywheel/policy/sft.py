@@ -113,6 +113,9 @@ class TrainResult:
     # Tokens of each kept example's answer (the completion's text alone): what the policy learns to generate,
     # to size `max_new_tokens` against (flywheel.core.metrics.answer_lengths).
     answer_tokens: tuple[int, ...] = ()
+    # The step of the saved state this attempt resumed from (0: trained from the start): steps - resumed_at were
+    # trained, and timed, in this attempt.
+    resumed_at: int = 0
 
 
 def sft_examples(
@@ -317,6 +320,7 @@ def train_sft(
         dropped=tuple(i for i, ok in enumerate(fits) if not ok), world_size=int(trainer.args.world_size),
         tokens_per_pass=sum(n for n, ok in zip(lengths, fits, strict=True) if ok),
         answer_tokens=tuple(answer_tokens(tok, r) for r in kept),
+        resumed_at=int(resume_from.name.removeprefix("checkpoint-")) if resume_from else 0,
     )
     del trainer, model
     trim_heap()

@@ -163,6 +163,7 @@ def test_a_killed_sft_resumes_from_its_last_saved_state(tiny, tmp_path):
     assert any("resumes" in line and "checkpoint-2 of 4" in line for line in lines)
     assert [line.split(" loss")[0] for line in lines if line.startswith("sft step")] == ["sft step 3/4", "sft step 4/4"]
     assert resumed.steps == 4 and resumed.train_loss == pytest.approx(whole.train_loss, rel=1e-4)
+    assert (whole.resumed_at, resumed.resumed_at) == (0, 2)
     a, b = _weights(tmp_path / "whole"), _weights(tmp_path / "ck")
     assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     assert not (tmp_path / "ck.partial").exists()
