@@ -11,7 +11,7 @@ from typing import Any
 
 from flywheel.core.store import Store
 from flywheel.orchestration.failures import NotRetryable
-from flywheel.policy.sft import RESUME_MARKER, last_saved_state
+from flywheel.policy.sft import saved_state
 
 
 def checkpoint_for(db: Store, benchmark: str, iteration: int) -> dict[str, Any]:
@@ -65,7 +65,7 @@ def begin_checkpoint(db: Store, out: Path, benchmark: str, iteration: int, *,
             marker.unlink()
             continue
         partial = left.with_name(left.name + ".partial")
-        if kept is None and resume is not None and not left.exists() and _resumes(partial, resume):
+        if kept is None and resume is not None and not left.exists() and saved_state(partial, resume):
             log(f"keeping {partial}: an SFT of the same training was killed there; it resumes from its saved state")
             kept = marker
             continue
@@ -80,11 +80,3 @@ def begin_checkpoint(db: Store, out: Path, benchmark: str, iteration: int, *,
     marker.write_text(owner)
     return marker
 
-
-def _resumes(partial: Path, fingerprint: str) -> bool:
-    """Whether `partial` holds a killed SFT's saved state of the training `fingerprint` names."""
-    try:
-        same = json.loads((partial / RESUME_MARKER).read_text()).get("fingerprint") == fingerprint
-    except (OSError, ValueError):
-        return False
-    return same and last_saved_state(partial / "trainer") is not None

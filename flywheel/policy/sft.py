@@ -203,22 +203,27 @@ def unpublished_dirs(out_dir: str | Path, resumable: str | None = None) -> tuple
         raise FileExistsError(f"checkpoint directory {out} already exists: checkpoints are never overwritten; "
                               "train into a new directory (one per checkpoint id)")
     work = out.with_name(out.name + ".partial")
-    marker = work / RESUME_MARKER
-    if resumable is None or not marker.is_file() or json.loads(marker.read_text()).get("fingerprint") != resumable:
+    if resumable is None or not _same_training(work, resumable):
         shutil.rmtree(work, ignore_errors=True)  # left by a killed attempt at another training
     if resumable is not None:
         work.mkdir(parents=True, exist_ok=True)
-        marker.write_text(json.dumps({"fingerprint": resumable}))
+        (work / "resume.json").write_text(json.dumps({"fingerprint": resumable}))
     return out, work
 
 
-RESUME_MARKER = "resume.json"
+def _same_training(work: Path, fingerprint: str) -> bool:
+    try:
+        return json.loads((work / "resume.json").read_text()).get("fingerprint") == fingerprint
+    except (OSError, ValueError, AttributeError):  # none, or not what unpublished_dirs writes
+        return False
 
 
-def last_saved_state(trainer_dir: Path) -> Path | None:
-    """The trainer state saved at the highest step that was written to the end (its `trainer_state.json`
-    comes last), or None: a save cut short by a kill is skipped."""
-    saved = [d for d in trainer_dir.glob("checkpoint-*") if (d / "trainer_state.json").is_file()
+def saved_state(work: str | Path, fingerprint: str) -> Path | None:
+    """The trainer state a killed SFT of the training `fingerprint` saved in its work folder `work` (the
+    highest step written to the end: `trainer_state.json` comes last), or None."""
+    if not _same_training(Path(work), fingerprint):
+        return None
+    saved = [d for d in (Path(work) / "trainer").glob("checkpoint-*") if (d / "trainer_state.json").is_file()
              and d.name.removeprefix("checkpoint-").isdigit()]
     return max(saved, key=lambda d: int(d.name.removeprefix("checkpoint-")), default=None)
 
@@ -262,8 +267,9 @@ def train_sft(
     fits = [n <= cfg.max_length for n in lengths]
     kept, dropped = keep_fitting(examples, fits, what="example", max_length=cfg.max_length, progress=progress)
     micro, accum = micro_batching(cfg)
-    out, work = unpublished_dirs(out_dir, resumable=training_fingerprint(base_model, examples, cfg) if cfg.save_minutes else None)
-    resume_from = last_saved_state(work / "trainer")
+    fingerprint = training_fingerprint(base_model, examples, cfg) if cfg.save_minutes else None
+    out, work = unpublished_dirs(out_dir, resumable=fingerprint)
+    resume_from = saved_state(work, fingerprint) if fingerprint else None
     dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in kept])
     args = SFTConfig(
         output_dir=str(work / "trainer"),

@@ -148,7 +148,7 @@ def test_a_killed_sft_resumes_from_its_last_saved_state(tiny, tmp_path):
     and ends where an uninterrupted run ends (weights, the mean loss over all four steps)."""
     import torch
 
-    from flywheel.policy.sft import last_saved_state
+    from flywheel.policy.sft import saved_state, training_fingerprint
 
     rows = sft_examples([make_traj(n=3), make_traj(task="t2", n=3)], lambda t: "instr")
     cfg = TrainConfig(max_steps=4, batch_size=2, learning_rate=1e-3, whole_passes=False, order="given",
@@ -156,7 +156,7 @@ def test_a_killed_sft_resumes_from_its_last_saved_state(tiny, tmp_path):
     whole = train_sft(tiny, rows, tmp_path / "whole", cfg)
     with pytest.raises(_Killed):
         train_sft(tiny, rows, tmp_path / "ck", cfg, progress=_kill_at(3))
-    assert last_saved_state(tmp_path / "ck.partial" / "trainer").name == "checkpoint-2"
+    assert saved_state(tmp_path / "ck.partial", training_fingerprint(tiny, rows, cfg)).name == "checkpoint-2"
     assert [p.name for p in (tmp_path / "ck.partial" / "trainer").glob("checkpoint-*")] == ["checkpoint-2"]
     lines: list[str] = []
     resumed = train_sft(tiny, rows, tmp_path / "ck", cfg, progress=lines.append)
@@ -185,6 +185,12 @@ def test_a_killed_sft_of_another_training_starts_over(tiny, tmp_path):
     with pytest.raises(_Killed):
         train_sft(tiny, rows, tmp_path / "off", dataclasses.replace(cfg, save_minutes=0), progress=_kill_at(3))
     assert not list((tmp_path / "off.partial").glob("trainer/checkpoint-*"))
+
+    (tmp_path / "bad.partial").mkdir()  # a marker that is not unpublished_dirs': not a state to resume
+    (tmp_path / "bad.partial" / "resume.json").write_text("[")
+    lines.clear()
+    train_sft(tiny, rows, tmp_path / "bad", cfg, progress=lines.append)
+    assert lines[0].startswith("sft step 1/3") and not (tmp_path / "bad.partial").exists()
 
 
 def test_save_minutes_is_not_part_of_the_training_identity():
