@@ -11,6 +11,7 @@ from typing import Any
 
 from flywheel.core.store import Store
 from flywheel.orchestration.failures import NotRetryable
+from flywheel.policy.sft import saved_state
 
 
 def checkpoint_for(db: Store, benchmark: str, iteration: int) -> dict[str, Any]:
@@ -44,25 +45,38 @@ def reusable_checkpoint(db: Store, benchmark: str, iteration: int, fingerprint: 
 
 
 def begin_checkpoint(db: Store, out: Path, benchmark: str, iteration: int, *,
-                     log: Callable[[str], None] = print) -> Path:
+                     log: Callable[[str], None] = print, resume: str | None = None) -> Path:
     """Before training into `out`: remove what an SFT of (benchmark, k) killed earlier, in this store, left in
     the checkpoints folder (its `.partial` work directory; a directory published but never recorded), then
     mark `out` as started by this store; returns the marker (delete it once the checkpoint is recorded).
 
-    Only directories this store's marker names are removed, never a recorded one: the folder may be
-    shared by other stores (a profile's `policy.checkpoints_dir`)."""
+    A killed attempt at the same training (its `.partial` holds the fingerprint `resume`: the trainer's saved
+    state, `TrainConfig.save_minutes`) is kept instead, and its marker returned: train into
+    `marker.with_suffix("")` to resume it. Only directories this store's marker names are removed, never a
+    recorded one: the folder may be shared by other stores (a profile's `policy.checkpoints_dir`)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     owner = str(db.path.resolve())
-    for marker in out.parent.glob(f"{benchmark}-k{iteration}-*.started"):
+    kept = None
+    for marker in sorted(out.parent.glob(f"{benchmark}-k{iteration}-*.started")):
         if marker.read_text() != owner:
             continue
         left = marker.with_suffix("")
-        if not db.checkpoint_recorded(left.name, left):
-            for d in (left.with_name(left.name + ".partial"), left):
-                if d.exists():
-                    log(f"removing {d}: left by an SFT that was killed before its checkpoint was recorded")
-                    shutil.rmtree(d)
+        if db.checkpoint_recorded(left.name, left):
+            marker.unlink()
+            continue
+        partial = left.with_name(left.name + ".partial")
+        if kept is None and resume is not None and not left.exists() and saved_state(partial, resume):
+            log(f"keeping {partial}: an SFT of the same training was killed there; it resumes from its saved state")
+            kept = marker
+            continue
+        for d in (partial, left):
+            if d.exists():
+                log(f"removing {d}: left by an SFT that was killed before its checkpoint was recorded")
+                shutil.rmtree(d)
         marker.unlink()
+    if kept is not None:
+        return kept
     marker = out.with_name(out.name + ".started")
     marker.write_text(owner)
     return marker
+

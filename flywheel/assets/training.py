@@ -147,9 +147,12 @@ def sft_checkpoint(
             "trajectories": len(trajs), "fingerprint": fingerprint,
         })
     # One directory per checkpoint id, published atomically: a recorded checkpoint is never overwritten.
-    checkpoint_id = new_checkpoint_id(benchmark, k)
-    out = Path(policy.checkpoints_dir) / benchmark / checkpoint_id
-    marker = begin_checkpoint(db, out, benchmark, k, log=context.log.warning)  # cleans a killed run's leftovers
+    out = Path(policy.checkpoints_dir) / benchmark / new_checkpoint_id(benchmark, k)
+    # Cleans a killed run's leftovers, or hands back the folder of a killed SFT of this same training to resume.
+    marker = begin_checkpoint(db, out, benchmark, k, log=context.log.warning,
+                              resume=fingerprint if policy.sft_backend == "local" and cfg.save_minutes else None)
+    out = marker.with_suffix("")
+    checkpoint_id = out.name
     started = time.monotonic()
     # sft_backend "ray": the same train_sft as a Ray Train job on the cluster (README "Scaling out on Ray").
     train = train_sft if policy.sft_backend == "local" else policy.train
@@ -164,7 +167,9 @@ def sft_checkpoint(
                "tokens_per_pass": result.tokens_per_pass,
                "tokens_trained": round(result.tokens_per_pass * result.steps * cfg.batch_size * cfg.grad_accum
                                        * result.world_size / max(result.n_examples, 1)),
-               "train_seconds": round(time.monotonic() - started, 1),
+               # This attempt's: an SFT resumed after a kill (from its state at step resumed_at_step) is timed
+               # over the steps it trained.
+               "train_seconds": round(time.monotonic() - started, 1), "resumed_at_step": result.resumed_at,
                # Equal weights, equal hash: arms that share this k=0 across machines check it (flywheel.core.provenance).
                "weights_sha256": _weights_hash(result.path),
                "examples_never_trained": examples_never_trained(result.n_examples, cfg, result.world_size),

@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import shutil
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -76,6 +77,14 @@ class TrainConfig:
     gradient_checkpointing: bool = option(
         False, help="activation recomputation: ~1/3 more compute for less memory (8B models on a GPU; pure cost "
                     "for a 135M model on a CPU)")
+    # A three-pass ALFWorld SFT takes 100-110 min on the 2-core machine, most of a sitting: a kill loses at most
+    # 15 min of it. A save of SmolLM2-135M is ~1.6 GB (float32 weights, 0.54 GB, and AdamW's two moments); one
+    # save is kept. Not part of the training's identity (fingerprint): where the state is saved, not what is trained.
+    save_minutes: float = option(
+        15.0, help="save the trainer's state (weights, optimizer, data position) at most every this many minutes "
+                   "into the checkpoint's .partial folder, so that a killed SFT resumes from its last save when it "
+                   "is run again with the same model, examples and config (local SFT; 0: never save)",
+        bound=Bound(0, 100_000, integer=False))
 
 
 def micro_batching(cfg: TrainConfig) -> tuple[int, int]:
@@ -104,6 +113,9 @@ class TrainResult:
     # Tokens of each kept example's answer (the completion's text alone): what the policy learns to generate,
     # to size `max_new_tokens` against (flywheel.core.metrics.answer_lengths).
     answer_tokens: tuple[int, ...] = ()
+    # The step of the saved state this attempt resumed from (0: trained from the start): steps - resumed_at were
+    # trained, and timed, in this attempt.
+    resumed_at: int = 0
 
 
 def sft_examples(
@@ -150,6 +162,7 @@ def training_fingerprint(base_model: str | Path, examples: list[dict], cfg: Trai
     for name, default in (("history_mode", "fused"), ("group_by_length", False), ("whole_passes", False)):
         if config.get(name) == default:
             config.pop(name)
+    config.pop("save_minutes")  # where the trainer saves its state, not what it trains
     # A micro-batch of the whole batch is how every checkpoint trained before the field existed.
     if (config.get("micro_batch_size") or cfg.batch_size) == cfg.batch_size:
         config.pop("micro_batch_size", None)
@@ -179,16 +192,40 @@ def keep_fitting(rows: Sequence, fits: Sequence[bool], *, what: str, max_length:
     return kept, dropped
 
 
-def unpublished_dirs(out_dir: str | Path) -> tuple[Path, Path]:
+def unpublished_dirs(out_dir: str | Path, resumable: str | None = None) -> tuple[Path, Path]:
     """(the checkpoint directory, its `.partial` work directory): a trainer writes into the work
-    directory and renames it into place, so a published checkpoint is complete and never overwritten."""
+    directory and renames it into place, so a published checkpoint is complete and never overwritten.
+
+    What a killed attempt left in the work directory is deleted, unless it was the same training (its
+    `resume.json` holds `resumable`, the training's fingerprint): then it stays, to resume from."""
     out = Path(out_dir)
     if out.exists():
         raise FileExistsError(f"checkpoint directory {out} already exists: checkpoints are never overwritten; "
                               "train into a new directory (one per checkpoint id)")
     work = out.with_name(out.name + ".partial")
-    shutil.rmtree(work, ignore_errors=True)  # left by a killed attempt at this same, unpublished checkpoint
+    if resumable is None or not _same_training(work, resumable):
+        shutil.rmtree(work, ignore_errors=True)  # left by a killed attempt at another training
+    if resumable is not None:
+        work.mkdir(parents=True, exist_ok=True)
+        (work / "resume.json").write_text(json.dumps({"fingerprint": resumable}))
     return out, work
+
+
+def _same_training(work: Path, fingerprint: str) -> bool:
+    try:
+        return json.loads((work / "resume.json").read_text()).get("fingerprint") == fingerprint
+    except (OSError, ValueError, AttributeError):  # none, or not what unpublished_dirs writes
+        return False
+
+
+def saved_state(work: str | Path, fingerprint: str) -> Path | None:
+    """The trainer state a killed SFT of the training `fingerprint` saved in its work folder `work` (the
+    highest step written to the end: `trainer_state.json` comes last), or None."""
+    if not _same_training(Path(work), fingerprint):
+        return None
+    saved = [d for d in (Path(work) / "trainer").glob("checkpoint-*") if (d / "trainer_state.json").is_file()
+             and d.name.removeprefix("checkpoint-").isdigit()]
+    return max(saved, key=lambda d: int(d.name.removeprefix("checkpoint-")), default=None)
 
 
 def example_tokens(tokenizer, row: dict) -> int:
@@ -230,7 +267,9 @@ def train_sft(
     fits = [n <= cfg.max_length for n in lengths]
     kept, dropped = keep_fitting(examples, fits, what="example", max_length=cfg.max_length, progress=progress)
     micro, accum = micro_batching(cfg)
-    out, work = unpublished_dirs(out_dir)
+    fingerprint = training_fingerprint(base_model, examples, cfg) if cfg.save_minutes else None
+    out, work = unpublished_dirs(out_dir, resumable=fingerprint)
+    resume_from = saved_state(work, fingerprint) if fingerprint else None
     dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in kept])
     args = SFTConfig(
         output_dir=str(work / "trainer"),
@@ -244,7 +283,8 @@ def train_sft(
         lr_scheduler_type="cosine",
         warmup_steps=0,
         logging_steps=1,
-        save_strategy="no",
+        save_strategy="no",  # saves are _SaveEvery's, by the clock
+        save_total_limit=1,
         report_to="none",
         seed=cfg.seed,
         use_cpu=not torch.cuda.is_available(),
@@ -263,9 +303,12 @@ def train_sft(
     trainer_cls = SFTTrainer if cfg.order == "shuffle" else _InOrderSFTTrainer()
     trainer = trainer_cls(
         model=str(base), args=args, train_dataset=dataset, processing_class=tok, peft_config=peft_config,
-        callbacks=[_ProgressCallback(progress)],
+        callbacks=[_ProgressCallback(progress)] + ([_SaveEvery(cfg.save_minutes)] if cfg.save_minutes else []),
     )
-    result = quiet(trainer).train()
+    if resume_from is not None:
+        progress(f"sft resumes a killed attempt from its state saved at {resume_from.name} of {args.max_steps} steps")
+    result = quiet(trainer).train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]  # every step's, across attempts
     model = trainer.model
     if cfg.lora:
         model = model.merge_and_unload()
@@ -277,10 +320,13 @@ def train_sft(
     shutil.rmtree(work, ignore_errors=True)
     trained = TrainResult(
         path=str(out), n_examples=len(kept), n_dropped=dropped,
-        train_loss=float(result.training_loss), steps=int(result.global_step),
+        # The Trainer's own mean covers the steps of this attempt only.
+        train_loss=float(result.training_loss) if resume_from is None else sum(losses) / len(losses),
+        steps=int(result.global_step),
         dropped=tuple(i for i, ok in enumerate(fits) if not ok), world_size=int(trainer.args.world_size),
         tokens_per_pass=sum(n for n, ok in zip(lengths, fits, strict=True) if ok),
         answer_tokens=tuple(answer_tokens(tok, r) for r in kept),
+        resumed_at=int(resume_from.name.removeprefix("checkpoint-")) if resume_from else 0,
     )
     del trainer, model
     trim_heap()
@@ -348,3 +394,19 @@ class _ProgressCallback(_progress_callback_base()):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "loss" in logs:
             self.progress(f"sft step {state.global_step}/{state.max_steps} loss={logs['loss']:.4f}")
+
+
+class _SaveEvery(_progress_callback_base()):
+    """Asks the Trainer to save its whole state (into `output_dir`, the `.partial` folder) when `minutes` have
+    passed since the start or the last save; not at the last step, whose weights are published anyway."""
+
+    def __init__(self, minutes: float) -> None:
+        self.seconds = minutes * 60
+        self.last = time.monotonic()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step < state.max_steps and time.monotonic() - self.last >= self.seconds:
+            control.should_save = True
+
+    def on_save(self, args, state, control, **kwargs):
+        self.last = time.monotonic()

@@ -14,6 +14,7 @@ shared mount). No dagster here.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import tempfile
@@ -35,7 +36,9 @@ def _train_loop(config: dict[str, Any]) -> None:
 
     rank = ray.train.get_context().get_world_rank()
     with tempfile.TemporaryDirectory(prefix="flywheel-sft-") as tmp:
-        result = train_sft(config["base_model"], config["examples"], Path(tmp) / "model", config["cfg"],
+        # The worker trains in a folder that dies with it: nothing to resume from, so no saves.
+        cfg = dataclasses.replace(config["cfg"], save_minutes=0)
+        result = train_sft(config["base_model"], config["examples"], Path(tmp) / "model", cfg,
                            progress=lambda line: log.info("rank %s: %s", rank, line))
         metrics = {"train_loss": result.train_loss, "steps": result.steps, "n_examples": result.n_examples,
                    "n_dropped": result.n_dropped, "dropped": list(result.dropped), "world_size": result.world_size,

@@ -90,12 +90,14 @@ def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[st
             row["checkpoint"] = {"checkpoint_id": c["checkpoint_id"], "train_loss": c["train_loss"],
                                  "examples": examples, "trajectories": c["n_trajectories"],
                                  "sft_stage_seconds": secs, "train_seconds": train_s, "train_steps": steps}
-            if train_s and steps:  # examples seen per second of training (steps x batch)
-                row["checkpoint"]["sft_examples_per_s"] = steps * int(lineage.get("batch_size", 8)) / train_s
+            # The steps the timed attempt trained (an SFT resumed after a kill is timed from its resume).
+            timed = (steps or 0) - int(lineage.get("resumed_at_step") or 0)
+            if train_s and timed > 0:  # examples seen per second of training (steps x batch)
+                row["checkpoint"]["sft_examples_per_s"] = timed * int(lineage.get("batch_size", 8)) / train_s
             if lineage.get("answer_tokens"):  # the trained answers' lengths vs the budget (recorded since it was)
                 row["checkpoint"]["answer_tokens"] = lineage["answer_tokens"]
-            if train_s and lineage.get("tokens_trained"):
-                row["checkpoint"]["sft_tokens_per_s"] = lineage["tokens_trained"] / train_s
+            if train_s and timed > 0 and lineage.get("tokens_trained"):
+                row["checkpoint"]["sft_tokens_per_s"] = lineage["tokens_trained"] * timed / steps / train_s
         if k in rollouts:
             r = rollouts[k]
             secs = done.get(f"rollouts:{k}", {}).get("seconds")

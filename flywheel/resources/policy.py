@@ -43,6 +43,7 @@ class PolicyResource(dg.ConfigurableResource):
     gradient_checkpointing: bool = same_as(TrainConfig, "gradient_checkpointing")
     group_by_length: bool = same_as(TrainConfig, "group_by_length")
     whole_passes: bool = same_as(TrainConfig, "whole_passes")
+    save_minutes: float = same_as(TrainConfig, "save_minutes")
     seed: int = same_as(TrainConfig, "seed")
     # cpu-scienceworld k=1 from the base model at the same 16 steps under-fit: 30/100 vs 41/100 from k-1.
     refine_from: str = setting("previous", sft0=False, help='where checkpoint k > 0 starts: "previous" '

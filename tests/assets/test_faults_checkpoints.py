@@ -41,6 +41,20 @@ def materialize_sft(tmp_path, calls, **policy):
     return result.get_asset_materialization_events()[0].materialization.metadata
 
 
+def materialize_killed(tmp_path, killed_train, **policy):
+    """A run of sft_checkpoint whose training dies (`killed_train` raises)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(training_assets, "train_sft", killed_train)
+        result = dg.materialize(
+            [training_assets.sft_checkpoint], partition_key=str(partition_key(BENCH, 0)),
+            instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
+            resources={"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "envs": EnvResource(),
+                       "policy": TransformersPolicy(base_model_path="unused", checkpoints_dir=str(tmp_path / "ck"),
+                                                    **policy),
+                       "curriculum": CurriculumResource(), "loop": LoopResource()})
+    assert not result.success
+
+
 def test_rerun_reuses_the_recorded_checkpoint_and_new_training_never_touches_it(tmp_path):
     db = store_with_seeds(tmp_path / "fw.duckdb")
     calls: list[Path] = []
@@ -115,15 +129,7 @@ def test_a_killed_sfts_leftovers_are_removed_by_the_next_run_and_recorded_ones_k
         Path(out).mkdir()
         raise RuntimeError("killed")
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(training_assets, "train_sft", killed_train)
-        result = dg.materialize(
-            [training_assets.sft_checkpoint], partition_key=str(partition_key(BENCH, 0)),
-            instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
-            resources={"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "envs": EnvResource(),
-                       "policy": TransformersPolicy(base_model_path="unused", checkpoints_dir=str(tmp_path / "ck")),
-                       "curriculum": CurriculumResource(), "loop": LoopResource()})
-    assert not result.success
+    materialize_killed(tmp_path, killed_train)
     [left] = killed
     assert left.is_dir() and Path(str(left) + ".partial").is_dir()
 
@@ -131,3 +137,32 @@ def test_a_killed_sfts_leftovers_are_removed_by_the_next_run_and_recorded_ones_k
     assert not left.exists() and not Path(str(left) + ".partial").exists()
     assert (kept / "config.json").is_file() and foreign.is_dir() and calls[-1].is_dir()
     assert not list(folder.glob("*.started"))
+
+
+
+def test_a_killed_sft_of_the_same_training_is_resumed_in_its_own_folder(tmp_path):
+    """The next run trains into the killed attempt's folder (where the trainer saved its state, laid out as
+    `train_sft` lays it out), not a new one; after a config change it starts anew and the leftovers go."""
+    from flywheel.policy.sft import training_fingerprint, unpublished_dirs
+
+    store_with_seeds(tmp_path / "fw.duckdb")
+    killed: list[Path] = []
+
+    def killed_train(base, examples, out, cfg, progress=None):  # killed after saving its state at step 1
+        killed.append(Path(out))
+        _, work = unpublished_dirs(out, resumable=training_fingerprint(base, examples, cfg))
+        (work / "trainer" / "checkpoint-1").mkdir(parents=True)
+        (work / "trainer" / "checkpoint-1" / "trainer_state.json").write_text("{}")
+        raise RuntimeError("killed")
+
+    materialize_killed(tmp_path, killed_train)
+    calls: list[Path] = []
+    resumed = materialize_sft(tmp_path, calls, save_minutes=10.0)  # the same training: save_minutes is not part of it
+    assert calls == killed and resumed["checkpoint_id"].value == killed[0].name
+
+    materialize_killed(tmp_path, killed_train, max_train_steps=5)
+    left = Path(str(killed[-1]) + ".partial")
+    assert left.is_dir()
+    materialize_sft(tmp_path, calls, max_train_steps=7)  # another training: a new folder; the leftovers go
+    assert calls[-1] != killed[-1] and not left.exists()
+    assert not list(left.parent.glob("*.started"))

@@ -124,3 +124,77 @@ def test_micro_batching_changes_the_fingerprint_only_when_it_splits_the_batch():
     whole = training_fingerprint("m", rows, TrainConfig(micro_batch_size=None))
     assert training_fingerprint("m", rows, TrainConfig(micro_batch_size=8)) == whole  # as trained before the field
     assert training_fingerprint("m", rows, TrainConfig(micro_batch_size=1)) != whole
+
+
+class _Killed(Exception):
+    """Stands for the process being killed mid-SFT (the end of a sitting)."""
+
+
+def _kill_at(step: int):
+    def progress(line: str) -> None:
+        if line.startswith(f"sft step {step}/"):
+            raise _Killed(line)
+    return progress
+
+
+def _weights(path):
+    from safetensors.torch import load_file
+
+    return load_file(str(path / "model.safetensors"))
+
+
+def test_a_killed_sft_resumes_from_its_last_saved_state(tiny, tmp_path):
+    """A kill after step 3's forward/backward (state saved at step 2) and a rerun: the rerun trains steps 3-4 only
+    and ends where an uninterrupted run ends (weights, the mean loss over all four steps)."""
+    import torch
+
+    from flywheel.policy.sft import saved_state, training_fingerprint
+
+    rows = sft_examples([make_traj(n=3), make_traj(task="t2", n=3)], lambda t: "instr")
+    cfg = TrainConfig(max_steps=4, batch_size=2, learning_rate=1e-3, whole_passes=False, order="given",
+                      save_minutes=1e-9)  # a save after every step
+    whole = train_sft(tiny, rows, tmp_path / "whole", cfg)
+    with pytest.raises(_Killed):
+        train_sft(tiny, rows, tmp_path / "ck", cfg, progress=_kill_at(3))
+    assert saved_state(tmp_path / "ck.partial", training_fingerprint(tiny, rows, cfg)).name == "checkpoint-2"
+    assert [p.name for p in (tmp_path / "ck.partial" / "trainer").glob("checkpoint-*")] == ["checkpoint-2"]
+    lines: list[str] = []
+    resumed = train_sft(tiny, rows, tmp_path / "ck", cfg, progress=lines.append)
+    assert any("resumes" in line and "checkpoint-2 of 4" in line for line in lines)
+    assert [line.split(" loss")[0] for line in lines if line.startswith("sft step")] == ["sft step 3/4", "sft step 4/4"]
+    assert resumed.steps == 4 and resumed.train_loss == pytest.approx(whole.train_loss, rel=1e-4)
+    assert (whole.resumed_at, resumed.resumed_at) == (0, 2)
+    a, b = _weights(tmp_path / "whole"), _weights(tmp_path / "ck")
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    assert not (tmp_path / "ck.partial").exists()
+
+
+def test_a_killed_sft_of_another_training_starts_over(tiny, tmp_path):
+    """What a killed attempt saved is resumed only by the same training (model, examples, config): another
+    config in the same checkpoint folder starts from step 1, and no saving (save_minutes 0) leaves nothing."""
+    import dataclasses
+
+    rows = sft_examples([make_traj(n=3), make_traj(task="t2", n=3)], lambda t: "instr")
+    cfg = TrainConfig(max_steps=3, batch_size=2, whole_passes=False, order="given", save_minutes=1e-9)
+    with pytest.raises(_Killed):
+        train_sft(tiny, rows, tmp_path / "ck", cfg, progress=_kill_at(3))
+    lines: list[str] = []
+    train_sft(tiny, rows, tmp_path / "ck", dataclasses.replace(cfg, learning_rate=1e-3), progress=lines.append)
+    assert not any("resumes" in line for line in lines) and lines[0].startswith("sft step 1/3")
+
+    with pytest.raises(_Killed):
+        train_sft(tiny, rows, tmp_path / "off", dataclasses.replace(cfg, save_minutes=0), progress=_kill_at(3))
+    assert not list((tmp_path / "off.partial").glob("trainer/checkpoint-*"))
+
+    (tmp_path / "bad.partial").mkdir()  # a marker that is not unpublished_dirs': not a state to resume
+    (tmp_path / "bad.partial" / "resume.json").write_text("[")
+    lines.clear()
+    train_sft(tiny, rows, tmp_path / "bad", cfg, progress=lines.append)
+    assert lines[0].startswith("sft step 1/3") and not (tmp_path / "bad.partial").exists()
+
+
+def test_save_minutes_is_not_part_of_the_training_identity():
+    from flywheel.policy.sft import training_fingerprint
+
+    rows = sft_examples([make_traj(n=2)], lambda t: "instr")
+    assert training_fingerprint("m", rows, TrainConfig(save_minutes=0)) == training_fingerprint("m", rows, TrainConfig())

@@ -237,3 +237,19 @@ def test_table5_compares_a_fused_k0_with_react_sft_on_each_benchmark(tmp_path):
         _, rows = paper.table5(data, bench)
         modes = {r[1] for r in rows}
         assert modes == {fused, "full history (ReAct, long thoughts)"}, (bench, modes)
+
+
+def test_sft_rates_count_only_the_steps_the_timed_attempt_trained(tmp_path):
+    """An SFT resumed after a kill (from its state at step 30 of 40) is timed over its last 10 steps: its
+    examples/s and tokens/s are those 10 steps' over its seconds, not all 40 steps' (4x too fast)."""
+    from flywheel.reports.results import arm_results
+
+    db = Store(tmp_path / "a.duckdb")
+    lineage = {"train_steps": 40, "batch_size": 8, "train_seconds": 100.0, "tokens_trained": 40_000}
+    for k, resumed in ((0, 0), (1, 30)):
+        db.record_checkpoint({"checkpoint_id": f"c{k}", "benchmark": "b", "iteration": k, "path": "p",
+                              "base_model": "m", "n_examples": 80, "n_trajectories": 1, "train_loss": 0.5,
+                              "lineage": {**lineage, "resumed_at_step": resumed}})
+    rows = {r["k"]: r["checkpoint"] for r in arm_results(db, "b", 1, {}, ("unseen",))["per_k"]}
+    assert (rows[0]["sft_examples_per_s"], rows[0]["sft_tokens_per_s"]) == (3.2, 400.0)
+    assert (rows[1]["sft_examples_per_s"], rows[1]["sft_tokens_per_s"]) == (0.8, 100.0)
