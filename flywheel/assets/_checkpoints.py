@@ -79,4 +79,3 @@ def begin_checkpoint(db: Store, out: Path, benchmark: str, iteration: int, *,
     marker = out.with_name(out.name + ".started")
     marker.write_text(owner)
     return marker
-

@@ -79,7 +79,8 @@ class TrainConfig:
                     "for a 135M model on a CPU)")
     # A three-pass ALFWorld SFT takes 100-110 min on the 2-core machine, most of a sitting: a kill loses at most
     # 15 min of it. A save of SmolLM2-135M is 1.6 GB (float32 weights, 0.54 GB, and AdamW's two moments) and took
-    # 5.3 s there (cpu-alfworld bpo-from-base, sft:1): 0.6% of 15 min. One save is kept. Not part of the training's identity (fingerprint): where the state is saved, not what is trained.
+    # 5.3 s there (cpu-alfworld bpo-from-base, sft:1): 0.6% of 15 min. One save is kept. Not part of the
+    # training's identity (fingerprint): where the state is saved, not what is trained.
     save_minutes: float = option(
         15.0, help="save the trainer's state (weights, optimizer, data position) at most every this many minutes "
                    "into the checkpoint's .partial folder, so that a killed SFT resumes from its last save when it "
@@ -225,7 +226,12 @@ def saved_state(work: str | Path, fingerprint: str) -> Path | None:
         return None
     saved = [d for d in (Path(work) / "trainer").glob("checkpoint-*") if (d / "trainer_state.json").is_file()
              and d.name.removeprefix("checkpoint-").isdigit()]
-    return max(saved, key=lambda d: int(d.name.removeprefix("checkpoint-")), default=None)
+    return max(saved, key=saved_step, default=None)
+
+
+def saved_step(state: Path) -> int:
+    """The optimizer step a saved trainer state (`checkpoint-N`) was written at."""
+    return int(state.name.removeprefix("checkpoint-"))
 
 
 def example_tokens(tokenizer, row: dict) -> int:
@@ -326,7 +332,7 @@ def train_sft(
         dropped=tuple(i for i, ok in enumerate(fits) if not ok), world_size=int(trainer.args.world_size),
         tokens_per_pass=sum(n for n, ok in zip(lengths, fits, strict=True) if ok),
         answer_tokens=tuple(answer_tokens(tok, r) for r in kept),
-        resumed_at=int(resume_from.name.removeprefix("checkpoint-")) if resume_from else 0,
+        resumed_at=saved_step(resume_from) if resume_from else 0,
     )
     del trainer, model
     trim_heap()

@@ -139,7 +139,6 @@ def test_a_killed_sfts_leftovers_are_removed_by_the_next_run_and_recorded_ones_k
     assert not list(folder.glob("*.started"))
 
 
-
 def test_a_killed_sft_of_the_same_training_is_resumed_in_its_own_folder(tmp_path):
     """The next run trains into the killed attempt's folder (where the trainer saved its state, laid out as
     `train_sft` lays it out), not a new one; after a config change it starts anew and the leftovers go."""
