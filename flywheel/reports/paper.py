@@ -168,6 +168,17 @@ def _arms(data: dict[str, Any], *methods: str, benchmark: str | None = None) -> 
             and (benchmark is None or a["benchmark"] == benchmark)]
 
 
+def _root_start(data: dict[str, Any], arm: dict[str, Any]) -> str | None:
+    """The arm whose k=0 `arm` starts from, following `start_from` through arms that start from another
+    (`grpo-lr1e4` -> `grpo` -> `react-sft-r2`)."""
+    by_name = {a["arm"]: a for a in data["arms"] if a["benchmark"] == arm["benchmark"]}
+    start, seen = arm.get("start_from"), {arm["arm"]}
+    while start in by_name and by_name[start].get("start_from") and start not in seen:
+        seen.add(start)
+        start = by_name[start]["start_from"]
+    return start
+
+
 def _splits(arms: list[dict[str, Any]]) -> list[str]:
     seen: list[str] = []
     for a in arms:
@@ -222,7 +233,7 @@ def table4(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[s
     """Each method against one ReAct SFT: the one the DPO, GRPO and RFT arms continued from when they share
     one (their paired difference is then their own gain), else the arm `react-sft`."""
     sfts = _arms(data, "react-sft", benchmark=benchmark)
-    starts = {a.get("start_from") for a in _arms(data, "eto-dpo", "grpo", "rft", benchmark=benchmark)}
+    starts = {_root_start(data, a) for a in _arms(data, "eto-dpo", "grpo", "rft", benchmark=benchmark)}
     sft = next((a for a in sfts if len(starts) == 1 and a["arm"] in starts), None) or _primary(sfts, "react-sft")
     sft_ck = _final(sft) if sft else None
     rows_arm = [("SFT (ReAct)", "react-sft"), ("SFT + DPO (ETO)", "eto-dpo"), ("SFT + GRPO", "grpo"),

@@ -226,6 +226,13 @@ def test_the_stage_ablation_pairs_each_run_with_its_own_previous_stage():
     assert got["SFT + DPO (ETO), k=1"] == "+20.0" and got["SFT + GRPO, k=1"] == "-10.0"
     assert got["SFT (ReAct), k=0"] == "+10.0" and got["SFT (ReAct) (`react-sft-r2`), k=0"] == "-"
 
+    # An arm that starts from one of them (GRPO again from grpo's k=0) keeps that same reference.
+    data["arms"].append(_arm("grpo-lr", "grpo", {1: _ck(1, 0)}, start_from="grpo"))
+    header, rows = paper.table4(data, "scienceworld")
+    got = {r[0]: r[-1].split(" [")[0] for r in rows}
+    assert header[-1].startswith("vs SFT (`react-sft-r2`)")
+    assert got["SFT + GRPO (`grpo-lr`), k=1"] == "-20.0" and got["SFT + GRPO, k=1"] == "-10.0"
+
 
 def test_table5_compares_a_fused_k0_with_react_sft_on_each_benchmark(tmp_path):
     """Table 5 takes bpo-stage1's k=0 as the fused one, else bpo-stage2's (WebShop ran no bpo-stage1), read from
