@@ -169,12 +169,11 @@ def _arms(data: dict[str, Any], *methods: str, benchmark: str | None = None) -> 
 
 
 def _root_start(data: dict[str, Any], arm: dict[str, Any]) -> str | None:
-    """The arm whose k=0 `arm` starts from, following `start_from` through arms that start from another
-    (`grpo-lr1e4` -> `grpo` -> `react-sft-r2`)."""
-    by_name = {a["arm"]: a for a in data["arms"] if a["benchmark"] == arm["benchmark"]}
-    start, seen = arm.get("start_from"), {arm["arm"]}
-    while start in by_name and by_name[start].get("start_from") and start not in seen:
-        seen.add(start)
+    """The arm whose k=0 `arm` starts from, following `start_from` through arms of its preset that start from
+    another (`grpo-lr1e4` -> `grpo` -> `react-sft-r2`); `load_preset` refuses cycles."""
+    by_name = {a["arm"]: a for a in data["arms"] if a["preset"] == arm["preset"]}
+    start = arm.get("start_from")
+    while start in by_name and by_name[start].get("start_from"):
         start = by_name[start]["start_from"]
     return start
 
