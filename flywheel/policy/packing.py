@@ -131,6 +131,7 @@ def attention_path(model) -> str:
     """How a pack's tree mask reaches attention: "flex" (FlexAttention block mask: on CUDA, where it skips the
     masked blocks), "sdpa" (a dense boolean mask; PyTorch SDPA, the CPU default) or "eager" (an additive
     float mask)."""
+    model = getattr(model, "module", model)  # DDP's wrapper has no config
     impl = getattr(model.config, "_attn_implementation", None) or "sdpa"
     if impl == "flex_attention":
         return "flex"

@@ -1,9 +1,17 @@
-"""Supervised fine-tuning on fused planning quaternions, with TRL's SFTTrainer.
+"""Supervised fine-tuning on fused planning quaternions.
 
 One training example per step: the prompt is the fused context (history keeps
 only p_t and a_t), the completion is the full "Thought/Plan/Action" answer. Loss
 is on the completion only. Examples longer than `max_length` are dropped and
 counted, never truncated (truncation would cut the answer the loss is on).
+
+Two ways to compute the same loss (`TrainConfig.packing`):
+- "tree" (the default): the examples of an optimizer step are packed into prefix trees
+  (`flywheel.policy.packing`): each shared prefix (the system message, the task, a trajectory's
+  history) is computed once, and every answer still attends to exactly its own prompt. A step is
+  still `batch_size` examples; trajectories are shuffled whole, so a trajectory's steps share a step.
+- "per_step": TRL's SFTTrainer, one padded sequence per example (how every checkpoint before packing
+  trained; committed presets pin it so their arms resume and reproduce).
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ import hashlib
 import json
 import logging
 import math
+import random
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -24,6 +33,7 @@ from flywheel.core.progress import progress_bar
 from flywheel.core.prompting import PromptShape, history_from_steps
 from flywheel.core.trajectory import Trajectory
 from flywheel.policy.models import cpu_has_bf16, load_tokenizer, require_model
+from flywheel.policy.packing import example_ids, pack, target_logps
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +65,14 @@ class TrainConfig:
     lora_alpha: int = option(32, help="LoRA alpha")
     seed: int = option(0, help="the SFT's seed (data order, initialisation of new weights)",
                        bound=Bound(0, 2**32 - 1))
+    # cpu-comparison-scienceworld's k=0 set: 2.5x fewer tokens per pass packed (benchmarks/sft_packing.py,
+    # docs/performance.md). The loss is the same (tests/policy/test_packing.py); what shares an optimizer step is
+    # not (trajectories are shuffled whole), so the fingerprint records the packing.
+    packing: Literal["tree", "per_step"] = option(
+        "tree", help='"tree": each optimizer step\'s examples packed into prefix trees, every shared prefix computed '
+                     'once and each answer attending to exactly its own prompt (trajectories shuffled whole); '
+                     '"per_step": one padded sequence per example (TRL\'s SFTTrainer; how checkpoints trained before '
+                     'packing)')
     order: Literal["shuffle", "given"] = option(
         "shuffle", help='"shuffle": the usual random order; "given": keep the dataset\'s order (the curriculum\'s '
                         'easy -> hard)')
@@ -87,6 +105,13 @@ class TrainConfig:
                    "is run again with the same model, examples and config (local SFT; 0: never save)",
         bound=Bound(0, 100_000, integer=False))
 
+    def __post_init__(self) -> None:
+        if self.packing not in ("tree", "per_step"):
+            raise ValueError(f"packing must be 'tree' or 'per_step', got {self.packing!r}")
+        if self.packing == "tree" and self.group_by_length:
+            raise ValueError("group_by_length batches examples of similar length to save pad tokens; packed SFT "
+                             "(packing: tree) has none: set group_by_length: false, or packing: per_step")
+
 
 def micro_batching(cfg: TrainConfig) -> tuple[int, int]:
     """(examples per forward pass, accumulation steps per optimizer step) for `cfg`; the micro-batch must divide the
@@ -111,6 +136,9 @@ class TrainResult:
     world_size: int = 1
     # Tokens (prompt + completion, chat template applied) of the examples kept: one pass over the set.
     tokens_per_pass: int = 0
+    # Tokens the forward passes of one pass compute: tokens_per_pass per step, fewer packed (each shared prefix
+    # once per pack; the mean over the passes trained).
+    computed_tokens_per_pass: int = 0
     # Tokens of each kept example's answer (the completion's text alone): what the policy learns to generate,
     # to size `max_new_tokens` against (flywheel.core.metrics.answer_lengths).
     answer_tokens: tuple[int, ...] = ()
@@ -156,16 +184,21 @@ def examples_never_trained(n_examples: int, cfg: TrainConfig, world_size: int = 
 
 
 def training_fingerprint(base_model: str | Path, examples: list[dict], cfg: TrainConfig) -> str:
-    """Identity of a training job: same base model, examples (in order) and config -> same fingerprint."""
+    """Identity of a training job: same base model, examples (in order) and config -> same fingerprint.
+
+    The config includes `packing` (when "tree"), which with the examples, `order`, `seed` and `batch_size`
+    decides which examples share an optimizer step; per-step trainings hash as they did before the field."""
     config = asdict(cfg)
     config.update(config.pop("prompt"))  # flat, as before `PromptShape`: old fingerprints stay valid
     # Fields added later, at the value that behaves as before they existed: older fingerprints stay valid.
-    for name, default in (("history_mode", "fused"), ("group_by_length", False), ("whole_passes", False)):
+    for name, default in (("history_mode", "fused"), ("group_by_length", False), ("whole_passes", False),
+                          ("packing", "per_step")):
         if config.get(name) == default:
             config.pop(name)
     config.pop("save_minutes")  # where the trainer saves its state, not what it trains
-    # A micro-batch of the whole batch is how every checkpoint trained before the field existed.
-    if (config.get("micro_batch_size") or cfg.batch_size) == cfg.batch_size:
+    # A micro-batch of the whole batch is how every checkpoint trained before the field existed; packed SFT's
+    # micro-batches are its packs (bounded by max_length), whatever the field says.
+    if (config.get("micro_batch_size") or cfg.batch_size) == cfg.batch_size or cfg.packing == "tree":
         config.pop("micro_batch_size", None)
     payload = json.dumps({"base_model": str(base_model), "config": config,
                           "examples": [[r["prompt"], r["completion"]] for r in examples]}, sort_keys=True, default=str)
@@ -260,23 +293,23 @@ def train_sft(
     nothing here ever deletes a published checkpoint.
     """
     import torch
-    from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
-
 
     if not examples:
         raise ValueError("no training examples: the dataset is empty")
     base = require_model(base_model)
     tok = load_tokenizer(base)
     tok.padding_side = "right"
-    lengths = [example_tokens(tok, r) for r in examples]
+    packed = cfg.packing == "tree"
+    # Packed SFT tokenizes each example as TRL's SFTTrainer does (flywheel.policy.packing.example_ids).
+    tokenized = [example_ids(tok, r) for r in examples] if packed else None
+    lengths = [len(ids) for ids, _ in tokenized] if packed else [example_tokens(tok, r) for r in examples]
     fits = [n <= cfg.max_length for n in lengths]
     kept, dropped = keep_fitting(examples, fits, what="example", max_length=cfg.max_length, progress=progress)
     micro, accum = micro_batching(cfg)
     fingerprint = training_fingerprint(base_model, examples, cfg) if cfg.save_minutes else None
     out, work = unpublished_dirs(out_dir, resumable=fingerprint)
     resume_from = saved_state(work, fingerprint) if fingerprint else None
-    dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in kept])
     args = SFTConfig(
         output_dir=str(work / "trainer"),
         num_train_epochs=cfg.epochs,
@@ -306,11 +339,27 @@ def train_sft(
 
         peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, target_modules="all-linear", task_type="CAUSAL_LM")
 
-    trainer_cls = SFTTrainer if cfg.order == "shuffle" else _InOrderSFTTrainer()
-    trainer = trainer_cls(
-        model=str(base), args=args, train_dataset=dataset, processing_class=tok, peft_config=peft_config,
-        callbacks=[_ProgressCallback(progress)] + ([_SaveEvery(cfg.save_minutes)] if cfg.save_minutes else []),
-    )
+    callbacks = [_ProgressCallback(progress)] + ([_SaveEvery(cfg.save_minutes)] if cfg.save_minutes else [])
+    computed_per_pass = sum(n for n, ok in zip(lengths, fits, strict=True) if ok)
+    if packed:
+        kept_ids = [t for t, ok in zip(tokenized, fits, strict=True) if ok]
+        steps = packed_steps(kept, kept_ids, cfg, int(args.world_size))
+        computed_per_pass = packed_tokens_per_pass(steps, len(kept), int(args.world_size))
+        # One dataset item per optimizer step and rank, walked in order: the Trainer's step counter, schedule,
+        # saves and resume (it skips the items already trained) work as for the per-step trainer.
+        args.per_device_train_batch_size, args.gradient_accumulation_steps = 1, 1
+        args.num_train_epochs, args.max_steps = 1, len(steps) // int(args.world_size)
+        args.remove_unused_columns = False
+        model = _load_for_training(base, peft_config)
+        trainer = _packed_trainer_class()(model=model, args=args, train_dataset=steps, processing_class=tok,
+                                          data_collator=_one_step, callbacks=callbacks)
+    else:
+        from datasets import Dataset
+
+        dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in kept])
+        trainer_cls = SFTTrainer if cfg.order == "shuffle" else _InOrderSFTTrainer()
+        trainer = trainer_cls(model=str(base), args=args, train_dataset=dataset, processing_class=tok,
+                              peft_config=peft_config, callbacks=callbacks)
     if resume_from is not None:
         progress(f"sft resumes a killed attempt from its state saved at {resume_from.name} of {args.max_steps} steps")
     result = quiet(trainer).train(resume_from_checkpoint=str(resume_from) if resume_from else None)
@@ -331,12 +380,118 @@ def train_sft(
         steps=int(result.global_step),
         dropped=tuple(i for i, ok in enumerate(fits) if not ok), world_size=int(trainer.args.world_size),
         tokens_per_pass=sum(n for n, ok in zip(lengths, fits, strict=True) if ok),
+        computed_tokens_per_pass=computed_per_pass,
         answer_tokens=tuple(answer_tokens(tok, r) for r in kept),
         resumed_at=saved_step(resume_from) if resume_from else 0,
     )
     del trainer, model
     trim_heap()
     return trained
+
+
+def trajectory_groups(rows: Sequence[dict]) -> list[list[int]]:
+    """Positions of `rows` grouped by trajectory: a run of consecutive rows of one task whose step `t` counts up
+    from 0 (as `sft_examples` writes them); a row without `t` is a group of its own."""
+    groups: list[list[int]] = []
+    prev = None
+    for i, r in enumerate(rows):
+        t = r.get("t")
+        if t is None or prev is None or t == 0 or t != prev.get("t", -2) + 1 or r.get("task_id") != prev.get("task_id"):
+            groups.append([])
+        groups[-1].append(i)
+        prev = r
+    return groups
+
+
+def step_batches(rows: Sequence[dict], cfg: TrainConfig, world_size: int = 1) -> list[list[int]]:
+    """Which examples (positions in `rows`) each optimizer step of packed SFT trains, in order.
+
+    Every step is `batch_size * grad_accum * world_size` examples, the last of a pass fewer, as per step; the
+    number of steps is `planned_steps` (or `epochs` passes when it is -1), so steps, passes and the
+    equal-compute control mean what they mean per step. Each pass walks whole trajectories: in the given order
+    (the curriculum's easy -> hard) or shuffled (seeded by `seed` and the pass), so a trajectory's steps
+    share an optimizer step and its prefixes are computed once."""
+    groups = trajectory_groups(rows)
+    size = cfg.batch_size * cfg.grad_accum * world_size
+    per_pass = max(1, math.ceil(len(rows) / size))
+    steps = planned_steps(len(rows), cfg, world_size)
+    if steps <= 0:
+        steps = max(1, math.ceil(cfg.epochs * per_pass))  # the HF Trainer's rule for epochs
+    out: list[list[int]] = []
+    for epoch in range(math.ceil(steps / per_pass)):
+        order = list(groups)
+        if cfg.order == "shuffle":
+            random.Random(cfg.seed * 1_000_003 + epoch).shuffle(order)
+        flat = [i for g in order for i in g]
+        out += [flat[s:s + size] for s in range(0, len(flat), size)]
+    return out[:steps]
+
+
+def packed_steps(rows: Sequence[dict], tokenized: Sequence[tuple[list[int], int]], cfg: TrainConfig,
+                 world_size: int = 1) -> list[dict]:
+    """The dataset of packed SFT: per optimizer step and rank (rank r of step s at position s * world_size + r,
+    where the Trainer's sharded loader hands it to rank r), its examples' packs of at most `max_length` tokens
+    and the number of answer tokens the step's loss is the mean over."""
+    items = []
+    for batch in step_batches(rows, cfg, world_size):
+        share = math.ceil(len(batch) / world_size)
+        for r in range(world_size):
+            mine = batch[r * share:(r + 1) * share]
+            packs = pack([tokenized[i] for i in mine], cfg.max_length)
+            items.append({"packs": packs, "n_targets": sum(len(p.labels) for p in packs), "examples": mine})
+    return items
+
+
+def packed_tokens_per_pass(items: Sequence[dict], n_examples: int, world_size: int = 1) -> int:
+    """Tokens computed per pass over the set (the mean over the passes the items make)."""
+    tokens = sum(len(p) for it in items for p in it["packs"])
+    trained = sum(len(it["examples"]) for it in items)
+    return round(tokens * n_examples / max(trained, 1))
+
+
+def _one_step(items: list[dict]) -> dict:
+    """The packed dataset's collator: a batch is one item (one optimizer step of one rank)."""
+    [item] = items
+    return item
+
+
+def _load_for_training(base: Path, peft_config=None):
+    """The base model in float32 (as TRL's SFTTrainer loads it; bf16 is autocast), LoRA-wrapped when asked."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
+    model.config.use_cache = False
+    if peft_config is not None:
+        from peft import get_peft_model
+
+        model = get_peft_model(model, peft_config)
+    return model
+
+
+def _packed_trainer_class():
+    """The HF Trainer with one packed optimizer step per dataset item: every pack's forward and backward pass in
+    turn, its loss the sum of its answer tokens' negative log-probabilities over the step's answer tokens, so the
+    step's loss is the mean over every answer token of the step, as the per-step trainer's."""
+    import torch
+    from torch.utils.data import SequentialSampler
+    from transformers import Trainer
+
+    class PackedSFTTrainer(Trainer):
+        def _get_train_sampler(self, *args, **kwargs):  # noqa: D401 - Trainer hook: the items are already in order
+            return SequentialSampler(self.train_dataset)
+
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            model.train()
+            total = 0.0
+            for p in inputs["packs"]:
+                with self.compute_loss_context_manager():
+                    loss = -target_logps(model, p).sum() / max(inputs["n_targets"], 1)
+                self.accelerator.backward(loss)
+                total += float(loss.detach())
+            return torch.tensor(total, device=self.args.device)
+
+    return PackedSFTTrainer
 
 
 def trim_heap() -> None:
