@@ -79,3 +79,19 @@ def begin_checkpoint(db: Store, out: Path, benchmark: str, iteration: int, *,
     marker = out.with_name(out.name + ".started")
     marker.write_text(owner)
     return marker
+
+
+def packing_mismatch(db: Store, benchmark: str, iteration: int, packing: str) -> str | None:
+    """Why checkpoint `iteration` must not train with `packing` (None: it may): the run's checkpoint k-1 was
+    trained the other way (lineage without the field: per step, as before it existed). One run never mixes
+    the two; a preset whose arms trained per step pins `policy.packing: per_step`."""
+    before = db.latest_checkpoint(benchmark, iteration - 1)
+    if before is None:
+        return None
+    earlier = json.loads(before["lineage"] or "{}").get("packing", "per_step")
+    if earlier == packing:
+        return None
+    return (f"sft_checkpoint {benchmark}|{iteration} would train with policy.packing={packing!r} but checkpoint "
+            f"{before['checkpoint_id']} of iteration {iteration - 1} trained with {earlier!r}: one run does not mix "
+            f"the two; set policy.packing: {earlier} to go on as this run started, or start a new run (another "
+            "runs folder)")

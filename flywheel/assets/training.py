@@ -25,6 +25,7 @@ from flywheel.assets._checkpoints import (
     begin_checkpoint,
     checkpoint_for,
     new_checkpoint_id,
+    packing_mismatch,
     reusable_checkpoint,
 )
 from flywheel.assets.curriculum import synthetic_curriculum
@@ -128,6 +129,8 @@ def sft_checkpoint(
     spec = envs.spec(benchmark)
     instructions = spec.system_prompt()
     cfg = policy.train_config(k)
+    if k > 0 and (mixed := packing_mismatch(db, benchmark, k, cfg.packing)):
+        fail_once(context, mixed)
     mode, scorer = curriculum.mode(), curriculum.scorer()
     scored = scorer.score_all(trajs, spec)
     if mode == "shuffle":  # recorded as loaded; the trainer shuffles
@@ -163,8 +166,11 @@ def sft_checkpoint(
                "iteration": k, "dataset": counts,
                "gated_iterations": list(range(k)), "examples": result.n_examples, "train_steps": result.steps,
                "batch_size": cfg.batch_size, "micro_batch_size": cfg.micro_batch_size, "whole_passes": cfg.whole_passes,
+               "packing": cfg.packing,
                # Tokens trained: one pass's tokens x the passes the steps made (steps x batch / examples).
                "tokens_per_pass": result.tokens_per_pass,
+               # ... and what the forward passes computed of them (fewer packed: each shared prefix once per pack).
+               "computed_tokens_per_pass": result.computed_tokens_per_pass,
                "tokens_trained": round(result.tokens_per_pass * result.steps * cfg.batch_size * cfg.grad_accum
                                        * result.world_size / max(result.n_examples, 1)),
                # This attempt's: an SFT resumed after a kill (from its state at step resumed_at_step) is timed

@@ -165,3 +165,22 @@ def test_a_killed_sft_of_the_same_training_is_resumed_in_its_own_folder(tmp_path
     materialize_sft(tmp_path, calls, max_train_steps=7)  # another training: a new folder; the leftovers go
     assert calls[-1] != killed[-1] and not left.exists()
     assert not list(left.parent.glob("*.started"))
+
+
+def test_one_run_never_mixes_packed_and_per_step_sft(tmp_path):
+    """Checkpoint k trains the way checkpoint k-1 did: a lineage without the field was trained per step."""
+    from flywheel.assets._checkpoints import packing_mismatch
+    from flywheel.core.store import Store
+
+    db = Store(tmp_path / "fw.duckdb")
+    assert packing_mismatch(db, BENCH, 1, "tree") is None  # nothing before it
+    db.record_checkpoint({"checkpoint_id": "old-k0", "benchmark": BENCH, "iteration": 0, "path": "p", "base_model": "b",
+                          "n_examples": 1, "n_trajectories": 1, "train_loss": 1.0, "lineage": {"fingerprint": "f"}},
+                         training_examples=[])
+    refusal = packing_mismatch(db, BENCH, 1, "tree")
+    assert "old-k0" in refusal and "set policy.packing: per_step" in refusal
+    assert packing_mismatch(db, BENCH, 1, "per_step") is None
+    db.record_checkpoint({"checkpoint_id": "new-k1", "benchmark": BENCH, "iteration": 1, "path": "p", "base_model": "b",
+                          "n_examples": 1, "n_trajectories": 1, "train_loss": 1.0, "lineage": {"packing": "tree"}},
+                         training_examples=[])
+    assert packing_mismatch(db, BENCH, 2, "tree") is None and "per_step" in packing_mismatch(db, BENCH, 2, "per_step")

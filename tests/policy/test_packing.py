@@ -13,6 +13,7 @@ import pytest
 
 from envs import REGISTRY, get_benchmark
 from flywheel.core.prompting import PromptShape
+from flywheel.core.settings import SMOLLM2_DIR
 from flywheel.core.trajectory import Step, Trajectory
 from flywheel.policy.models import load_tokenizer, prepare_smollm2
 from flywheel.policy.packing import Pack, ancestor_mask, example_ids, pack, per_step_logps, target_logps
@@ -25,7 +26,6 @@ from flywheel.policy.sft import (
     training_fingerprint,
     trajectory_groups,
 )
-from flywheel.core.settings import SMOLLM2_DIR
 from tests.fakes import make_traj
 
 # What an observation of each benchmark looks like (the prompts' system messages are the specs' own).

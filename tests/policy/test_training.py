@@ -48,22 +48,24 @@ def test_empty_dataset_is_a_clear_error(tmp_path, tiny):
         train_sft(tiny, [], tmp_path / "ck")
 
 
+@pytest.mark.parametrize("packing", ["tree", "per_step"])
 @pytest.mark.parametrize("on", [False, True])
-def test_gradient_checkpointing_is_what_the_config_says(tmp_path, tiny, monkeypatch, on):
+def test_gradient_checkpointing_is_what_the_config_says(tmp_path, tiny, monkeypatch, on, packing):
     """TRL turns activation recomputation on by default; a small CPU model must not pay for it."""
-    import trl
+    import transformers
 
     seen = {}
-    real = trl.SFTTrainer.train
+    real = transformers.Trainer.train
 
     def spy(self, *args, **kwargs):
         seen["args"] = self.args.gradient_checkpointing
         seen["model"] = bool(getattr(self.model, "is_gradient_checkpointing", False))
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(trl.SFTTrainer, "train", spy)
+    monkeypatch.setattr(transformers.Trainer, "train", spy)
     rows = sft_examples([make_traj(n=2)], lambda t: "instr")
-    train_sft(tiny, rows, tmp_path / "ck", TrainConfig(max_steps=1, batch_size=2, gradient_checkpointing=on))
+    train_sft(tiny, rows, tmp_path / "ck", TrainConfig(max_steps=1, batch_size=2, gradient_checkpointing=on,
+                                                       packing=packing))
     assert seen["args"] is on
     if not on:
         assert seen["model"] is False  # nothing switched it on behind the config's back
@@ -83,7 +85,8 @@ def test_group_by_length_batches_examples_of_similar_length(tiny, tmp_path, monk
 
     monkeypatch.setattr(trl.SFTTrainer, "train", spy)
     rows = sft_examples([make_traj(n=4)], lambda t: "instr")
-    train_sft(tiny, rows, tmp_path / "ck", TrainConfig(max_steps=1, batch_size=2, group_by_length=grouped))
+    train_sft(tiny, rows, tmp_path / "ck", TrainConfig(max_steps=1, batch_size=2, group_by_length=grouped,
+                                                       packing="per_step"))
     assert isinstance(seen["sampler"], LengthGroupedSampler) is grouped
 
 
@@ -103,7 +106,7 @@ def test_micro_batches_train_the_same_steps_on_the_same_loss(tiny, tmp_path, mon
     rows = sft_examples([make_traj(n=4), make_traj(task="t2", n=4)], lambda t: "instr")
     results = {micro: train_sft(tiny, rows, tmp_path / f"ck{micro}",
                                 TrainConfig(max_steps=2, batch_size=4, micro_batch_size=micro, learning_rate=1e-3,
-                                            order="given"))
+                                            order="given", packing="per_step"))
                for micro in (None, 1)}
     assert seen == [(4, 1), (1, 4)]
     assert results[None].steps == results[1].steps == 2
@@ -121,9 +124,12 @@ def test_micro_batching_changes_the_fingerprint_only_when_it_splits_the_batch():
     from flywheel.policy.sft import training_fingerprint
 
     rows = sft_examples([make_traj(n=2)], lambda t: "instr")
-    whole = training_fingerprint("m", rows, TrainConfig(micro_batch_size=None))
-    assert training_fingerprint("m", rows, TrainConfig(micro_batch_size=8)) == whole  # as trained before the field
-    assert training_fingerprint("m", rows, TrainConfig(micro_batch_size=1)) != whole
+    per_step = {"packing": "per_step"}
+    whole = training_fingerprint("m", rows, TrainConfig(micro_batch_size=None, **per_step))
+    assert training_fingerprint("m", rows, TrainConfig(micro_batch_size=8, **per_step)) == whole  # as before the field
+    assert training_fingerprint("m", rows, TrainConfig(micro_batch_size=1, **per_step)) != whole
+    # packed SFT's micro-batches are its packs, whatever the field says
+    assert training_fingerprint("m", rows, TrainConfig(micro_batch_size=1)) == training_fingerprint("m", rows, TrainConfig())
 
 
 class _Killed(Exception):
@@ -143,7 +149,8 @@ def _weights(path):
     return load_file(str(path / "model.safetensors"))
 
 
-def test_a_killed_sft_resumes_from_its_last_saved_state(tiny, tmp_path):
+@pytest.mark.parametrize("packing", ["tree", "per_step"])
+def test_a_killed_sft_resumes_from_its_last_saved_state(tiny, tmp_path, packing):
     """A kill after step 3's forward/backward (state saved at step 2) and a rerun: the rerun trains steps 3-4 only
     and ends where an uninterrupted run ends (weights, the mean loss over all four steps)."""
     import torch
@@ -152,7 +159,7 @@ def test_a_killed_sft_resumes_from_its_last_saved_state(tiny, tmp_path):
 
     rows = sft_examples([make_traj(n=3), make_traj(task="t2", n=3)], lambda t: "instr")
     cfg = TrainConfig(max_steps=4, batch_size=2, learning_rate=1e-3, whole_passes=False, order="given",
-                      save_minutes=1e-9)  # a save after every step
+                      save_minutes=1e-9, packing=packing)  # a save after every step
     whole = train_sft(tiny, rows, tmp_path / "whole", cfg)
     with pytest.raises(_Killed):
         train_sft(tiny, rows, tmp_path / "ck", cfg, progress=_kill_at(3))
