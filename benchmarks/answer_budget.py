@@ -18,24 +18,16 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import dagster as dg  # noqa: E402
 from _common import print_table, write_json  # noqa: E402
+from _k0 import k0_set  # noqa: E402
 
-from flywheel.assets.training import training_set  # noqa: E402
-from flywheel.config.methods import method_stages  # noqa: E402
-from flywheel.config.presets import build_resources, load_preset  # noqa: E402
 from flywheel.core.metrics import answer_lengths  # noqa: E402
-from flywheel.definitions import build_defs  # noqa: E402
-from flywheel.drivers.experiment import resolve_model  # noqa: E402
-from flywheel.drivers.pipeline import run_stage  # noqa: E402
 from flywheel.policy.models import load_tokenizer  # noqa: E402
-from flywheel.policy.sft import answer_tokens, example_tokens, sft_examples  # noqa: E402
-from flywheel.profile import Profile  # noqa: E402
+from flywheel.policy.sft import answer_tokens, example_tokens  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,40 +35,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("preset", help="preset name (experiments/NAME.yaml) or path")
     ap.add_argument("--arm", default=None, help="the arm whose k=0 set to measure (default: the preset's first)")
     args = ap.parse_args(argv)
-    preset = load_preset(args.preset)
-    arm = args.arm or next(iter(preset.arms))
-    with tempfile.TemporaryDirectory(prefix="answer-budget-") as tmp:
-        arm_dir = Path(tmp) / arm
-        model = resolve_model(preset.model, Path(tmp))
-        res = build_resources(preset, arm, arm_dir, model_path=model)
-        defs = build_defs(res, profile=Profile(benchmarks=(preset.benchmark,), max_iteration=preset.max_iteration))
-        [(_, key, selection)] = [s for s in method_stages(preset.benchmark, preset.iterations, preset.method(arm))
-                                 if s[0] == "bootstrap"]
-        run_stage(defs.resolve_job_def("bootstrap_job"), key or preset.benchmark, selection,
-                  dg.DagsterInstance.ephemeral())
-        policy, curriculum, loop = res["policy"], res["curriculum"], res["loop"]
-        trajs, _ = training_set(res["store"].get(), preset.benchmark, 0, include_synthetic=curriculum.synthesize,
-                                refine_from=policy.refine_from, seed=policy.seed, replay=policy.replay,
-                                drop_invalid_steps=loop.gate_drops_invalid_steps)
-        spec = res["envs"].spec(preset.benchmark)
-        examples = sft_examples(trajs, lambda _t: spec.system_prompt(), policy.train_config().prompt)
-        tok = load_tokenizer(model)
-        lengths = [answer_tokens(tok, r) for r in examples]
-        whole = [example_tokens(tok, r) for r in examples]
-    cap = policy.max_new_tokens
+    k0 = k0_set(args.preset, args.arm)
+    arm, examples = k0.arm, k0.examples
+    tok = load_tokenizer(k0.model)
+    lengths = [answer_tokens(tok, r) for r in examples]
+    whole = [example_tokens(tok, r) for r in examples]
+    cap = k0.max_new_tokens
     got = answer_lengths(lengths, cap)
     suggested = 32 * (math.floor(got["max"] / 32) + 1) if got["max"] is not None else cap
-    print_table(f"{preset.name} / {arm}: k=0 SFT answers in tokens ({got['n']} examples, {len(trajs)} trajectories)",
+    print_table(f"{k0.preset} / {arm}: k=0 SFT answers in tokens ({got['n']} examples, {k0.trajectories} trajectories)",
                 ["median", "p95", "max", "max_new_tokens", "at or over it", "suggested max_new_tokens"],
                 [[got["median"], got["p95"], got["max"], cap, f"{got['at_cap']}/{got['n']}", suggested]])
     # Whole examples (prompt + answer) longer than policy.max_length are dropped by SFT, never truncated.
-    limit = policy.max_length
+    limit = k0.cfg.max_length
     examples_got = answer_lengths(whole, limit)
     over = sum(n > limit for n in whole)  # SFT keeps an example of exactly max_length tokens
-    print_table(f"{preset.name} / {arm}: k=0 SFT examples (prompt + answer) in tokens",
+    print_table(f"{k0.preset} / {arm}: k=0 SFT examples (prompt + answer) in tokens",
                 ["median", "p95", "max", "max_length", "over it (dropped by SFT)"],
                 [[examples_got["median"], examples_got["p95"], examples_got["max"], limit, f"{over}/{len(whole)}"]])
-    path = write_json(f"answer_budget_{preset.name}", {"preset": preset.name, "arm": arm, "trajectories": len(trajs),
+    path = write_json(f"answer_budget_{k0.preset}", {"preset": k0.preset, "arm": arm, "trajectories": k0.trajectories,
                                                        "answers": got, "suggested_max_new_tokens": suggested,
                                                        "histogram": _histogram(lengths),
                                                        "examples": {**examples_got, "max_length": limit,

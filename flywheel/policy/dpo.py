@@ -12,6 +12,11 @@ TRL's `DPOTrainer` runs the optimisation (reference model = the starting checkpo
 loss, logging, saving); this module only tokenizes the transcripts with their agent-turn masks,
 hands them over pre-tokenized, and collates them with those masks as `completion_mask`.
 Pairs longer than `max_length` are dropped and counted, never truncated.
+
+With `packing` "tree" (the policy's SFT setting) a trajectory's log-probability is instead the sum over its
+agent turns, each scored under exactly the prompt the policy answered at that step (history window, latest
+observation unclipped), packed into prefix trees (`flywheel.policy.sft.episode_packs`); the sigmoid loss is
+the same. "per_step" keeps the one-transcript scoring above (every past observation clipped, no window).
 """
 
 from __future__ import annotations
@@ -25,10 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from flywheel.core.options import option
-from flywheel.core.prompting import Message, history_from_steps, react_messages
+from flywheel.core.prompting import Message, PromptShape, history_from_steps, react_messages
 from flywheel.core.trajectory import Trajectory
 from flywheel.policy.models import cpu_has_bf16, load_tokenizer, require_model
-from flywheel.policy.sft import _ProgressCallback, keep_fitting, quiet, unpublished_dirs
+from flywheel.policy.packing import packs_logps
+from flywheel.policy.sft import _ProgressCallback, episode_packs, keep_fitting, quiet, unpublished_dirs
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +53,9 @@ class DPOSettings:
     max_observation_chars: int | None = option(None, help="past observations cut to this many characters")
     seed: int = option(0, help="the DPO's seed")
     bf16: bool | None = option(None, help="bf16 autocast; null: where the hardware has it natively")
+    history_window: int | None = option(None, help="past steps a prompt keeps (the policy's; packing tree only)")
+    packing: str = option("tree", help='"tree": each agent turn scored under its own rollout prompt, packed; '
+                                       '"per_step": a trajectory as one transcript (the policy\'s packing)')
 
 
 @dataclass(frozen=True)
@@ -171,6 +180,47 @@ def _collator_class():
     return AgentTurnCollator
 
 
+def packed_pair(tok, pair: Pair, instructions: str, cfg: DPOSettings) -> dict[str, Any]:
+    """Chosen and rejected as packs of their agent turns under their rollout prompts (packing tree)."""
+    shape = PromptShape(history_mode="react", history_window=cfg.history_window,
+                        max_observation_chars=cfg.max_observation_chars)
+    chosen, n_chosen = episode_packs(tok, pair.chosen, instructions, shape, cfg.max_length)
+    rejected, n_rejected = episode_packs(tok, pair.rejected, instructions, shape, cfg.max_length)
+    return {"chosen_packs": chosen, "rejected_packs": rejected, "length": max(n_chosen, n_rejected),
+            "task_id": pair.task_id}
+
+
+def _packed_batch(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"chosen_packs": [r["chosen_packs"] for r in rows], "rejected_packs": [r["rejected_packs"] for r in rows]}
+
+
+def _packed_trainer_class():
+    """The DPO trainer scoring each trajectory as the sum of its packed agent turns' log-probabilities (TRL's
+    sigmoid loss, reference model and optimisation otherwise)."""
+    import torch
+    import torch.nn.functional as F
+
+    class PackedDPOTrainer(_trainer_class()):
+        def _logps(self, model, batch: list) -> Any:
+            return torch.stack([packs_logps(model, packs).sum() for packs in batch])
+
+        def _compute_loss(self, model, inputs, return_outputs):
+            mode = "train" if self.model.training else "eval"
+            chosen, rejected = self._logps(model, inputs["chosen_packs"]), self._logps(model, inputs["rejected_packs"])
+            with torch.no_grad():
+                ref = self.ref_model if self.ref_model is not None else model
+                ref_chosen = self._logps(ref, inputs["chosen_packs"])
+                ref_rejected = self._logps(ref, inputs["rejected_packs"])
+            chosen_rewards, rejected_rewards = chosen - ref_chosen, rejected - ref_rejected
+            loss = -F.logsigmoid(self.beta * (chosen_rewards - rejected_rewards)).mean()
+            margins = self.beta * (chosen_rewards - rejected_rewards).detach()
+            self._metrics[mode]["rewards/margins"].append(margins.mean().item())
+            self._metrics[mode]["rewards/accuracies"].append((margins > 0).float().mean().item())
+            return (loss, {}) if return_outputs else loss
+
+    return PackedDPOTrainer
+
+
 def _trainer_class():
     from trl import DPOTrainer
 
@@ -206,8 +256,14 @@ def train_dpo(
     tok.padding_side = "right"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    rows = [tokenize_pair(tok, p, instructions, max_observation_chars=cfg.max_observation_chars) for p in pairs]
-    fits = [len(r["prompt_ids"]) + max(len(r["chosen_ids"]), len(r["rejected_ids"])) <= cfg.max_length for r in rows]
+    packed = cfg.packing == "tree"
+    if packed:
+        rows = [packed_pair(tok, p, instructions, cfg) for p in pairs]
+        fits = [r["length"] <= cfg.max_length for r in rows]
+    else:
+        rows = [tokenize_pair(tok, p, instructions, max_observation_chars=cfg.max_observation_chars) for p in pairs]
+        fits = [len(r["prompt_ids"]) + max(len(r["chosen_ids"]), len(r["rejected_ids"])) <= cfg.max_length
+                for r in rows]
     kept, dropped = keep_fitting(rows, fits, what="preference pair", max_length=cfg.max_length, progress=progress)
     out, work = unpublished_dirs(out_dir)
     args = DPOConfig(
@@ -217,10 +273,16 @@ def train_dpo(
         logging_steps=1, save_strategy="no", report_to="none", seed=cfg.seed, use_cpu=not torch.cuda.is_available(),
         bf16=cfg.bf16 if cfg.bf16 is not None else (torch.cuda.is_available() or cpu_has_bf16()), disable_tqdm=True,
     )
-    trainer = _trainer_class()(
-        model=str(start), args=args, train_dataset=Dataset.from_list(kept), processing_class=tok,
-        data_collator=_collator_class()(pad_token_id=tok.pad_token_id), callbacks=[_ProgressCallback(progress)],
-    )
+    if packed:  # the packs stay Python objects: the dataset holds each pair's position, the collator its packs
+        trainer = _packed_trainer_class()(
+            model=str(start), args=args, train_dataset=Dataset.from_list([{"pair": i} for i in range(len(kept))]),
+            processing_class=tok, data_collator=lambda batch: _packed_batch([kept[b["pair"]] for b in batch]),
+            callbacks=[_ProgressCallback(progress)])
+    else:
+        trainer = _trainer_class()(
+            model=str(start), args=args, train_dataset=Dataset.from_list(kept), processing_class=tok,
+            data_collator=_collator_class()(pad_token_id=tok.pad_token_id), callbacks=[_ProgressCallback(progress)],
+        )
     result = quiet(trainer).train()
     trainer.model.save_pretrained(work / "model")
     tok.padding_side = "left"

@@ -13,6 +13,12 @@ normalisation), with beta = 0 (no KL term, TRL's default):
 With one pass over the data (`epochs=1`) rho = 1 and the step is the plain policy gradient.
 Groups whose rewards are all equal carry no signal (A = 0) and are left out.
 
+What pi scores (`packing`, the policy's SFT setting): "tree" scores each agent turn under exactly the prompt
+the policy answered at rollout time (the history window, the latest observation unclipped and earlier ones
+clipped), all turns of an episode packed into prefix trees (`flywheel.policy.packing`); "per_step" scores the
+episode as one transcript with every past observation clipped and no window (how GRPO ran before packing,
+which differs from the rollout prompts whenever a window or clipping is set).
+
 Memory: an optimizer step of `batch_size` transcripts runs one transcript per forward/backward pass and
 accumulates (`accumulate_step`), the same loss as the whole padded batch in one pass. In one pass, 4 ReAct
 transcripts of up to ~2,000 tokens (SmolLM2-135M, float32, full-vocabulary logits and eager activations
@@ -42,10 +48,12 @@ from pathlib import Path
 from typing import Any
 
 from flywheel.core.options import option
+from flywheel.core.prompting import PromptShape
 from flywheel.core.trajectory import Trajectory
 from flywheel.policy.dpo import agent_tokens, transcript
 from flywheel.policy.models import load_model, load_tokenizer, require_model
-from flywheel.policy.sft import keep_fitting, unpublished_dirs
+from flywheel.policy.packing import packs_logps
+from flywheel.policy.sft import episode_packs, keep_fitting, unpublished_dirs
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +76,9 @@ class GRPOSettings:
     max_length: int = option(3072, help="transcripts longer than this many tokens are dropped, never truncated")
     max_observation_chars: int | None = option(None, help="past observations cut to this many characters")
     seed: int = option(0, help="the GRPO update's seed")
+    history_window: int | None = option(None, help="past steps a prompt keeps (the policy's; packing tree only)")
+    packing: str = option("tree", help='"tree": every agent turn scored under its own rollout prompt, packed; '
+                                       '"per_step": the episode as one transcript (the policy\'s packing)')
     scale_rewards: bool = option(True, help="divide advantages by the group's reward std (GRPO); false: only "
                                             "centre them (Dr. GRPO)")
 
@@ -122,18 +133,42 @@ def clipped_loss(logps, old_logps, advantages, mask, clip: float, n_tokens: floa
 
 
 def accumulate_step(model, rows: Sequence[dict[str, Any]], old: Sequence[Any], pad_token_id: int, clip: float) -> float:
-    """Backpropagate one optimizer step's loss over `rows` one transcript at a time (`old[i]`: the playing
+    """Backpropagate one optimizer step's loss over `rows` one episode at a time (`old[i]`: the playing
     policy's token log-probs of `rows[i]`); gradients accumulate in the model. Returns the step's loss: the
     clipped surrogate over every agent token of the step, as `clipped_loss` on the whole padded batch."""
-    n_tokens = max(sum(sum(r["mask"][1:]) for r in rows), 1)
+    import torch
+
+    n_tokens = max(sum(agent_token_count(r) for r in rows), 1)
     total = 0.0
     for row, old_lp in zip(rows, old, strict=True):
-        ids, att, mask, adv = collate([row], pad_token_id)
-        loss = clipped_loss(token_logps(model, ids, att), old_lp[: ids.shape[1] - 1].unsqueeze(0), adv, mask, clip,
-                            n_tokens=n_tokens)
+        if "packs" in row:  # every agent turn under its own prompt (packing tree)
+            logps = packs_logps(model, row["packs"]).unsqueeze(0)
+            adv = torch.tensor([row["advantage"]], dtype=torch.float32)
+            loss = clipped_loss(logps, old_lp.unsqueeze(0), adv, torch.ones_like(logps), clip, n_tokens=n_tokens)
+        else:
+            ids, att, mask, adv = collate([row], pad_token_id)
+            loss = clipped_loss(token_logps(model, ids, att), old_lp[: ids.shape[1] - 1].unsqueeze(0), adv, mask,
+                                clip, n_tokens=n_tokens)
         loss.backward()
         total += float(loss.detach())
     return total
+
+
+def agent_token_count(row: dict[str, Any]) -> int:
+    return sum(len(p.labels) for p in row["packs"]) if "packs" in row else sum(row["mask"][1:])
+
+
+def episode_rows(tok, traj: Trajectory, instructions: str, advantage: float, cfg: GRPOSettings) -> dict[str, Any]:
+    """What GRPO trains on for one episode: its agent turns packed under their own rollout prompts (packing
+    tree), or its one transcript with the agent-turn mask (per_step). `length`: the longest sequence the
+    episode needs (per-step prompt + answer, or the transcript), checked against max_length."""
+    if cfg.packing == "tree":
+        shape = PromptShape(history_mode="react", history_window=cfg.history_window,
+                            max_observation_chars=cfg.max_observation_chars)
+        packs, length = episode_packs(tok, traj, instructions, shape, cfg.max_length)
+        return {"packs": packs, "length": length, "advantage": advantage, "task_id": traj.task_id}
+    ids, mask = agent_tokens(tok, transcript(traj, instructions, max_observation_chars=cfg.max_observation_chars))
+    return {"input_ids": ids, "mask": mask, "length": len(ids), "advantage": advantage, "task_id": traj.task_id}
 
 
 def collate(rows: Sequence[dict[str, Any]], pad_token_id: int):
@@ -168,11 +203,8 @@ def train_grpo(
                                "rewards (or one episode), so every advantage is 0")
     start = require_model(start_model)
     tok = load_tokenizer(start)
-    rows = []
-    for t, a in useful:
-        ids, mask = agent_tokens(tok, transcript(t, instructions, max_observation_chars=cfg.max_observation_chars))
-        rows.append({"input_ids": ids, "mask": mask, "advantage": a, "task_id": t.task_id})
-    fits = [len(r["input_ids"]) <= cfg.max_length for r in rows]
+    rows = [episode_rows(tok, t, instructions, a, cfg) for t, a in useful]
+    fits = [r["length"] <= cfg.max_length for r in rows]
     kept, dropped = keep_fitting(rows, fits, what="transcript", max_length=cfg.max_length, progress=progress)
     out, work = unpublished_dirs(out_dir)
 
@@ -186,8 +218,11 @@ def train_grpo(
         model.eval()
         old = {}
         for i in order:
-            ids, att, _, _ = collate([kept[i]], pad_id)
-            old[i] = token_logps(model, ids, att)[0]
+            if "packs" in kept[i]:
+                old[i] = packs_logps(model, kept[i]["packs"])
+            else:
+                ids, att, _, _ = collate([kept[i]], pad_id)
+                old[i] = token_logps(model, ids, att)[0]
         model.train()
     rng = random.Random(cfg.seed)
     losses, steps, started = [], 0, time.monotonic()

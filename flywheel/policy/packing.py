@@ -185,6 +185,13 @@ def target_logps(model, p: Pack):
     return logps[rows, labels]
 
 
+def packs_logps(model, packs: Sequence[Pack]):
+    """`target_logps` of every pack, concatenated: all answer tokens of what `packs` hold, in order."""
+    import torch
+
+    return torch.cat([target_logps(model, p) for p in packs])
+
+
 def per_step_logps(model, ids: Sequence[int], answer_start: int):
     """The reference: log pi(answer token | prompt and answer before it) of one example, from its own causal
     forward pass (what per-step SFT computes)."""

@@ -164,6 +164,16 @@ def sft_examples(
     return rows
 
 
+def episode_packs(tok, traj: Trajectory, instructions: str, shape: PromptShape, max_length: int) -> tuple[list, int]:
+    """A whole trajectory's agent turns for log-probability scoring (DPO, GRPO): each turn's per-step example
+    under `shape`, packed into prefix trees (`flywheel.policy.packing`), so every turn is scored under exactly
+    the prompt the policy answered; and the longest per-step example's tokens. No packs when that is longer
+    than `max_length` (the caller drops the trajectory, never truncates it)."""
+    tokenized = [example_ids(tok, r) for r in sft_examples([traj], lambda _t: instructions, shape)]
+    length = max((len(ids) for ids, _ in tokenized), default=0)
+    return (pack(tokenized, max_length) if length <= max_length else []), length
+
+
 def planned_steps(n_examples: int, cfg: TrainConfig, world_size: int = 1) -> int:
     """The optimizer steps a run of `n_examples` takes (-1: `cfg.epochs` decides): `cfg.max_steps`, rounded to
     the nearest whole number of passes (at least one) when `cfg.whole_passes`."""

@@ -8,7 +8,7 @@ from flywheel.policy.grpo import GRPOSettings
 from flywheel.resources.fields import same_as, setting
 
 # Fields DPO and GRPO take from the policy's, so that they build prompts and drop examples as its SFT did.
-FROM_POLICY = ("max_length", "max_observation_chars", "seed")
+FROM_POLICY = ("max_length", "max_observation_chars", "seed", "history_window", "packing")
 
 
 class MethodResource(dg.ConfigurableResource):

@@ -55,12 +55,13 @@ def test_make_pairs_prefers_expert_and_pairs_failures_of_the_same_task():
     assert all(not p.rejected.success for p in pairs)  # task c has no chosen: no pair
 
 
-def test_dpo_raises_chosen_over_rejected(tiny, tmp_path, capsys):
+@pytest.mark.parametrize("packing", ["tree", "per_step"])
+def test_dpo_raises_chosen_over_rejected(tiny, tmp_path, capsys, packing):
     chosen = _traj("t", ["search[red shoes]", "click[b01]", "buy now"], reward=1.0, source="teacher")
     rejected = _traj("t", ["click[next >]", "click[< prev]", "search[blue hat]"], reward=0.0)
     before = _agent_logp(tiny, chosen) - _agent_logp(tiny, rejected)
     res = train_dpo(tiny, [Pair("t", chosen, rejected)], INSTRUCTIONS, tmp_path / "dpo",
-                    DPOSettings(beta=0.1, learning_rate=1e-3, max_steps=4, batch_size=1, bf16=False))
+                    DPOSettings(beta=0.1, learning_rate=1e-3, max_steps=4, batch_size=1, bf16=False, packing=packing))
     assert res.n_pairs == 1 and res.steps == 4
     assert "'loss'" not in capsys.readouterr().out  # the Trainer's log dicts go to the log, not stdout
     after_chosen, after_rejected = _agent_logp(res.path, chosen), _agent_logp(res.path, rejected)
@@ -68,14 +69,15 @@ def test_dpo_raises_chosen_over_rejected(tiny, tmp_path, capsys):
     assert after_chosen > _agent_logp(tiny, chosen)  # and the chosen answers got likelier
 
 
-def test_grpo_raises_positive_advantage_and_lowers_negative(tiny, tmp_path):
+@pytest.mark.parametrize("packing", ["tree", "per_step"])
+def test_grpo_raises_positive_advantage_and_lowers_negative(tiny, tmp_path, packing):
     good = _traj("t", ["search[red shoes]", "click[b01]", "buy now"], reward=1.0, sample=0)
     bad = _traj("t", ["click[next >]", "click[< prev]", "search[blue hat]"], reward=0.0, sample=1)
     adv = dict((t.sample, a) for t, a in group_advantages([good, bad]))
     assert adv[0] == pytest.approx(-adv[1]) and adv[0] > 0.7
     g0, b0 = _agent_logp(tiny, good), _agent_logp(tiny, bad)
     res = train_grpo(tiny, [good, bad], INSTRUCTIONS, tmp_path / "grpo",
-                     GRPOSettings(learning_rate=1e-3, epochs=3, batch_size=2))
+                     GRPOSettings(learning_rate=1e-3, epochs=3, batch_size=2, packing=packing))
     assert res.n_trajectories == 2 and res.n_groups == 1 and res.steps == 3
     assert _agent_logp(res.path, good) > g0 + 0.5
     assert _agent_logp(res.path, bad) < b0 - 0.5
@@ -110,3 +112,31 @@ def test_grpo_step_one_transcript_at_a_time_equals_the_whole_batch(tiny):
     assert got_loss == pytest.approx(float(whole.detach()), rel=1e-5, abs=1e-6)
     assert want and all(torch.allclose(p.grad, want[n], rtol=1e-4, atol=1e-6)
                         for n, p in model.named_parameters() if n in want)
+
+
+def test_packed_episodes_score_each_turn_under_its_rollout_prompt(tiny):
+    """With a history window and clipped observations, the one-transcript scoring (packing per_step) shows each
+    turn a context the policy never saw; the packed episode scores each turn under its own rollout prompt, as
+    per-step scoring does (at most 1e-4 apart)."""
+    from flywheel.core.prompting import PromptShape
+    from flywheel.policy.packing import example_ids, packs_logps, per_step_logps
+    from flywheel.policy.sft import episode_packs, sft_examples
+
+    tok, model = load_tokenizer(tiny), load_model(tiny)
+    traj = _traj("t", ["search[red shoes]", "click[b01]", "click[size 9]", "buy now"], reward=1.0)
+    for step in traj.steps:
+        step.next_observation += " with a long list of products and prices " * 3
+    shape = PromptShape(history_mode="react", history_window=2, max_observation_chars=20)
+    packs, length = episode_packs(tok, traj, INSTRUCTIONS, shape, 4096)
+    tokenized = [example_ids(tok, r) for r in sft_examples([traj], lambda _t: INSTRUCTIONS, shape)]
+    assert length == max(len(ids) for ids, _ in tokenized) and sum(len(p) for p in packs) < sum(map(len, (i for i, _ in tokenized)))
+    with torch.no_grad():
+        packed = packs_logps(model, packs)
+        per_step = torch.cat([per_step_logps(model, ids, start) for ids, start in tokenized])
+        assert float((packed - per_step).abs().max()) <= 1e-4
+        ids, mask = agent_tokens(tok, transcript(traj, INSTRUCTIONS, max_observation_chars=20))
+        whole = token_logps(model, torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))[0]
+        transcript_turns = whole[torch.tensor(mask[1:], dtype=torch.bool)]
+    assert transcript_turns.shape == packed.shape  # the same answer tokens, scored under other contexts
+    assert float((transcript_turns - packed).abs().max()) > 1e-3
+    assert episode_packs(tok, traj, INSTRUCTIONS, shape, 64)[0] == []  # too long for max_length: dropped, never cut
