@@ -33,7 +33,7 @@ from flywheel.core.options import option
 from flywheel.core.prompting import Message, PromptShape, history_from_steps, react_messages
 from flywheel.core.trajectory import Trajectory
 from flywheel.policy.models import cpu_has_bf16, load_tokenizer, require_model
-from flywheel.policy.packing import packs_logps
+from flywheel.policy.packing import DEFAULT_PACKING, packs_logps
 from flywheel.policy.sft import _ProgressCallback, episode_packs, keep_fitting, quiet, unpublished_dirs
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class DPOSettings:
     seed: int = option(0, help="the DPO's seed")
     bf16: bool | None = option(None, help="bf16 autocast; null: where the hardware has it natively")
     history_window: int | None = option(None, help="past steps a prompt keeps (the policy's; packing tree only)")
-    packing: str = option("tree", help='"tree": each agent turn scored under its own rollout prompt, packed; '
+    packing: str = option(DEFAULT_PACKING, help='"tree": each agent turn scored under its own rollout prompt, packed; '
                                        '"per_step": a trajectory as one transcript (the policy\'s packing)')
 
 

@@ -52,7 +52,7 @@ from flywheel.core.prompting import PromptShape
 from flywheel.core.trajectory import Trajectory
 from flywheel.policy.dpo import agent_tokens, transcript
 from flywheel.policy.models import load_model, load_tokenizer, require_model
-from flywheel.policy.packing import packs_logps
+from flywheel.policy.packing import DEFAULT_PACKING, packs_logps
 from flywheel.policy.sft import episode_packs, keep_fitting, unpublished_dirs
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ class GRPOSettings:
     max_observation_chars: int | None = option(None, help="past observations cut to this many characters")
     seed: int = option(0, help="the GRPO update's seed")
     history_window: int | None = option(None, help="past steps a prompt keeps (the policy's; packing tree only)")
-    packing: str = option("tree", help='"tree": every agent turn scored under its own rollout prompt, packed; '
+    packing: str = option(DEFAULT_PACKING, help='"tree": every agent turn scored under its own rollout prompt, packed; '
                                        '"per_step": the episode as one transcript (the policy\'s packing)')
     scale_rewards: bool = option(True, help="divide advantages by the group's reward std (GRPO); false: only "
                                             "centre them (Dr. GRPO)")

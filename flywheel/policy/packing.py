@@ -31,6 +31,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+# How SFT, DPO and GRPO compute a trajectory's answers: "tree" packs them (this module), "per_step" gives each
+# answer its own padded sequence (SFT) or scores the trajectory as one transcript (DPO, GRPO).
+PACKINGS = ("tree", "per_step")
+DEFAULT_PACKING = "tree"
+
 
 def example_ids(tok, row: dict) -> tuple[list[int], int]:
     """(token ids of the whole example, index of its first answer token): TRL SFTTrainer's tokenization of a

@@ -33,7 +33,7 @@ from flywheel.core.progress import progress_bar
 from flywheel.core.prompting import PromptShape, history_from_steps
 from flywheel.core.trajectory import Trajectory
 from flywheel.policy.models import cpu_has_bf16, load_tokenizer, require_model
-from flywheel.policy.packing import example_ids, pack, target_logps
+from flywheel.policy.packing import DEFAULT_PACKING, PACKINGS, example_ids, pack, target_logps
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class TrainConfig:
     # docs/performance.md). The loss is the same (tests/policy/test_packing.py); what shares an optimizer step is
     # not (trajectories are shuffled whole), so the fingerprint records the packing.
     packing: Literal["tree", "per_step"] = option(
-        "tree", help='"tree": each optimizer step\'s examples packed into prefix trees, every shared prefix computed '
+        DEFAULT_PACKING, help='"tree": each optimizer step\'s examples packed into prefix trees, every shared prefix computed '
                      'once and each answer attending to exactly its own prompt (trajectories shuffled whole); '
                      '"per_step": one padded sequence per example (TRL\'s SFTTrainer; how checkpoints trained before '
                      'packing)')
@@ -106,8 +106,8 @@ class TrainConfig:
         bound=Bound(0, 100_000, integer=False))
 
     def __post_init__(self) -> None:
-        if self.packing not in ("tree", "per_step"):
-            raise ValueError(f"packing must be 'tree' or 'per_step', got {self.packing!r}")
+        if self.packing not in PACKINGS:
+            raise ValueError(f"packing must be one of {', '.join(PACKINGS)}, got {self.packing!r}")
         if self.packing == "tree" and self.group_by_length:
             raise ValueError("group_by_length batches examples of similar length to save pad tokens; packed SFT "
                              "(packing: tree) has none: set group_by_length: false, or packing: per_step")
