@@ -119,6 +119,65 @@ def sft_step(seq_len: int, batch: int) -> None:
     })
 
 
+def packed_sft(model_dir: str) -> None:
+    """Packed SFT on the GPU path (FlexAttention block masks, chosen on CUDA): SmolLM2's answer log-probs and
+    one step's gradient, packed vs one causal pass per example, and the time of each."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    sys.path.insert(0, str(HERE.parent))
+    from envs import get_benchmark
+    from flywheel.core.prompting import PromptShape
+    from flywheel.core.trajectory import Step, Trajectory
+    from flywheel.policy.models import load_tokenizer
+    from flywheel.policy.packing import (
+        example_ids,
+        pack,
+        packed_attention_implementation,
+        per_step_logps,
+        target_logps,
+    )
+    from flywheel.policy.sft import sft_examples
+
+    assert torch.cuda.is_available(), "no CUDA device"
+    impl = packed_attention_implementation()
+    tok = load_tokenizer(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation=impl).cuda().eval()
+    spec = get_benchmark("scienceworld")
+    obs = "This room is called the kitchen. In it, you see: a counter, a bowl (containing a red apple {i}), a drawer."
+    trajs = [Trajectory(benchmark="scienceworld", split="train", task_id=f"t{k}", source="teacher", success=True,
+                        steps=[Step(observation=obs.format(i=i), thought=f"look at item {i} first", plan=f"check {i}",
+                                    action=f"examine item {i}", next_observation=obs.format(i=i + 1)) for i in range(8)])
+             for k in range(4)]
+    rows = sft_examples(trajs, lambda _t: spec.system_prompt(), PromptShape(max_observation_chars=60))
+    tokenized = [example_ids(tok, r) for r in rows]
+    n = sum(len(ids) - max(s, 1) for ids, s in tokenized)
+
+    def run(packed: bool):
+        model.zero_grad()
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        logps = []
+        for item in (pack(tokenized, 4096) if packed else tokenized):
+            lp = target_logps(model, item) if packed else per_step_logps(model, *item)
+            (-lp.sum() / n).backward()
+            logps.append(lp.detach())
+        torch.cuda.synchronize()
+        grad = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        return torch.cat(logps), grad, time.perf_counter() - t
+
+    run(True), run(False)  # warm-up (FlexAttention compiles)
+    got, got_grad, packed_s = run(True)
+    ref, ref_grad, per_step_s = run(False)
+    record("packed_sft_gpu", {
+        "attention": impl, "examples": len(rows), "tokens_per_step": sum(len(i) for i, _ in tokenized),
+        "tokens_packed": sum(len(p) for p in pack(tokenized, 4096)),
+        "max_abs_logp_difference": float((got - ref).abs().max()),
+        "grad_cosine": float(torch.nn.functional.cosine_similarity(got_grad, ref_grad, dim=0)),
+        "packed_s": round(packed_s, 3), "per_step_s": round(per_step_s, 3), "gpu": torch.cuda.get_device_name(0),
+    })
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -135,12 +194,16 @@ def main() -> int:
     s = sub.add_parser("sft-step")
     s.add_argument("--seq-len", type=int, default=1024)
     s.add_argument("--batch", type=int, default=4)
+    k = sub.add_parser("packed-sft")
+    k.add_argument("model")
     a = ap.parse_args()
     try:
         if a.cmd == "make-8b":
             make_8b(Path(a.out), a.tokenizer_from)
         elif a.cmd == "rollouts":
             rollouts(a.name, a.model, a.episodes, a.max_steps, a.server_arg, a.vllm_python)
+        elif a.cmd == "packed-sft":
+            packed_sft(a.model)
         else:
             sft_step(a.seq_len, a.batch)
     except Exception as exc:  # noqa: BLE001 - recorded, so the script's other steps still report

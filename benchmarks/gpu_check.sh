@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# GPU check, prepared to run in one go (at most 240+20+90+130+100 s = 9.7 minutes of step limits) on a machine with an NVIDIA GPU, from the
+# GPU check, prepared to run in one go (at most 240+20+90+130+100+60 s = 10.7 minutes of step limits) on a machine with an NVIDIA GPU, from the
 # repository root:   bash benchmarks/gpu_check.sh
 # 1. installs the project (.venv, `make install model`) and GPU vLLM in its own env (`make vllm`);
 # 2. serves SmolLM2-135M and a randomly initialised Llama-3-8B-shaped model (vLLM --load-format dummy)
 #    through the managed policy (flywheel/policy/vllm_server.py) and plays rollouts on WebShop and
 #    ScienceWorld (ScienceWorld needs Java 17: installed with apt-get where missing);
-# 3. times one SFT step of the 8B shape with LoRA r16 + gradient checkpointing (bf16, random init).
+# 3. times one SFT step of the 8B shape with LoRA r16 + gradient checkpointing (bf16, random init);
+# 4. packed SFT on the GPU path (FlexAttention tree masks): SmolLM2's log-probs and gradient against per step.
 # Every number goes to benchmarks/results/gpu_check.json; each step has its own time limit, and a
 # step that fails is recorded there and does not stop the others.
 set -uo pipefail
@@ -44,6 +45,7 @@ step rollouts_smollm2 90 $PY benchmarks/gpu_check.py rollouts smollm2 "$SMOL" --
 step rollouts_8b 130 $PY benchmarks/gpu_check.py rollouts llama3-8b-shape "$BIG" --episodes 16 --max-steps 5 \
   --server-arg=--load-format --server-arg=dummy --server-arg=--gpu-memory-utilization --server-arg=0.6 --server-arg=--enforce-eager
 step sft_step_8b 100 $PY benchmarks/gpu_check.py sft-step --seq-len 1024 --batch 4
+step packed_sft 60 $PY benchmarks/gpu_check.py packed-sft "$SMOL"
 
 $PY - <<'EOF' >> "$LOG" 2>&1
 import json, pathlib

@@ -132,6 +132,15 @@ def ancestor_mask(parents: Sequence[int]):
     return mask
 
 
+def packed_attention_implementation() -> str:
+    """The attention implementation a model that trains on packs is loaded with: FlexAttention on CUDA (its block
+    mask skips whole blocks no token attends to, and it takes any mask); PyTorch SDPA with the dense tree mask
+    elsewhere (the CPU: FlexAttention there compiles for ~20 s and gains nothing at these lengths)."""
+    import torch
+
+    return "flex_attention" if torch.cuda.is_available() else "sdpa"
+
+
 def attention_path(model) -> str:
     """How a pack's tree mask reaches attention: "flex" (FlexAttention block mask: on CUDA, where it skips the
     masked blocks), "sdpa" (a dense boolean mask; PyTorch SDPA, the CPU default) or "eager" (an additive

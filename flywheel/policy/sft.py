@@ -33,7 +33,14 @@ from flywheel.core.progress import progress_bar
 from flywheel.core.prompting import PromptShape, history_from_steps
 from flywheel.core.trajectory import Trajectory
 from flywheel.policy.models import cpu_has_bf16, load_tokenizer, require_model
-from flywheel.policy.packing import DEFAULT_PACKING, PACKINGS, example_ids, pack, target_logps
+from flywheel.policy.packing import (
+    DEFAULT_PACKING,
+    PACKINGS,
+    example_ids,
+    pack,
+    packed_attention_implementation,
+    target_logps,
+)
 
 log = logging.getLogger(__name__)
 
@@ -466,11 +473,13 @@ def _one_step(items: list[dict]) -> dict:
 
 
 def _load_for_training(base: Path, peft_config=None):
-    """The base model in float32 (as TRL's SFTTrainer loads it; bf16 is autocast), LoRA-wrapped when asked."""
+    """The base model in float32 (as TRL's SFTTrainer loads it; bf16 is autocast) with the attention that takes
+    the packs' tree masks (`packed_attention_implementation`), LoRA-wrapped when asked."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32,
+                                                 attn_implementation=packed_attention_implementation())
     model.config.use_cache = False
     if peft_config is not None:
         from peft import get_peft_model

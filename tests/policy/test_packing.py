@@ -233,3 +233,34 @@ def test_packed_and_per_step_training_take_the_same_first_step(tiny, tmp_path):
     assert tree.computed_tokens_per_pass < tree.tokens_per_pass / 2
     # AdamW's first update is about the gradient's sign: 0.9999 leaves room for coordinates whose gradient is ~0
     assert float(torch.nn.functional.cosine_similarity(deltas["per_step"], deltas["tree"], dim=0)) >= 0.9999
+
+
+def test_the_flex_attention_block_mask_is_the_tree_mask():
+    """The GPU path (FlexAttention, chosen on CUDA) reads the same tree mask: its mask function, evaluated at
+    every (query, key), is the ancestor matrix."""
+    import torch
+
+    from flywheel.policy.packing import flex_block_mask
+
+    p = pack([([1, 2, 3, 4], 3), ([1, 2, 3, 5, 6], 4), ([1, 2, 3, 4, 7, 8], 5)], 64)[0]
+    dense = torch.from_numpy(ancestor_mask(p.parents))
+    block = flex_block_mask(dense)
+    q, kv = torch.meshgrid(torch.arange(len(p)), torch.arange(len(p)), indexing="ij")
+    assert torch.equal(block.mask_mod(0, 0, q, kv), dense)
+    assert block.shape[-2:] == (len(p), len(p))
+
+
+@pytest.mark.slow
+def test_packed_equals_per_step_through_flex_attention_on_cpu(tiny):
+    """FlexAttention itself (unfused and compiled on the CPU: ~20 s the first time) gives the per-step log-probs."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    tok = load_tokenizer(tiny)
+    model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32, attn_implementation="flex_attention")
+    model.eval()
+    tokenized = [example_ids(tok, r) for r in rows_of("alfworld", SHAPES[1])]
+    with torch.no_grad():
+        got = torch.cat([target_logps(model, p) for p in pack(tokenized, 4096)])
+        ref = torch.cat([per_step_logps(model, ids, start) for ids, start in tokenized])
+    assert float((got - ref).abs().max()) <= 1e-4
