@@ -33,7 +33,7 @@ from flywheel.core.options import option
 from flywheel.core.prompting import Message, PromptShape, history_from_steps, react_messages
 from flywheel.core.trajectory import Trajectory
 from flywheel.policy.models import cpu_has_bf16, load_tokenizer, require_model
-from flywheel.policy.packing import DEFAULT_PACKING, packs_logps
+from flywheel.policy.packing import DEFAULT_PACKING, packs_logps, use_packed_attention
 from flywheel.policy.sft import _ProgressCallback, episode_packs, keep_fitting, quiet, unpublished_dirs
 
 log = logging.getLogger(__name__)
@@ -201,6 +201,12 @@ def _packed_trainer_class():
     import torch.nn.functional as F
 
     class PackedDPOTrainer(_trainer_class()):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            for model in (self.model, self.ref_model):
+                if model is not None:
+                    use_packed_attention(model)
+
         def _logps(self, model, batch: list) -> Any:
             return torch.stack([packs_logps(model, packs).sum() for packs in batch])
 

@@ -52,7 +52,7 @@ from flywheel.core.prompting import PromptShape
 from flywheel.core.trajectory import Trajectory
 from flywheel.policy.dpo import agent_tokens, transcript
 from flywheel.policy.models import load_model, load_tokenizer, require_model
-from flywheel.policy.packing import DEFAULT_PACKING, packs_logps
+from flywheel.policy.packing import DEFAULT_PACKING, packs_logps, use_packed_attention
 from flywheel.policy.sft import episode_packs, keep_fitting, unpublished_dirs
 
 log = logging.getLogger(__name__)
@@ -210,6 +210,8 @@ def train_grpo(
 
     torch.manual_seed(cfg.seed)
     model = load_model(start)
+    if cfg.packing == "tree":
+        use_packed_attention(model)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id

@@ -132,21 +132,94 @@ def ancestor_mask(parents: Sequence[int]):
     return mask
 
 
+# The segment-wise tree attention (`tree_attention`), registered with transformers under this name; the model's
+# forward pass hands each attention call the pack's segments as the keyword argument `tree_segments` (a keyword,
+# not global state, so that activation recomputation in the backward pass sees them too).
+TREE_ATTENTION = "flywheel_tree"
+
+
 def packed_attention_implementation() -> str:
-    """The attention implementation a model that trains on packs is loaded with: FlexAttention on CUDA (its block
-    mask skips whole blocks no token attends to, and it takes any mask); PyTorch SDPA with the dense tree mask
-    elsewhere (the CPU: FlexAttention there compiles for ~20 s and gains nothing at these lengths)."""
+    """The attention implementation a model that scores packs runs with: FlexAttention on CUDA (its block mask
+    skips whole blocks no token attends to); `tree_attention` elsewhere (the CPU, where a dense tree mask costs
+    the whole L x L product: a 4,096-token pack took 11x a 1,024-token sequence's step, and FlexAttention
+    compiles for ~20 s per process)."""
     import torch
 
-    return "flex_attention" if torch.cuda.is_available() else "sdpa"
+    if torch.cuda.is_available():
+        return "flex_attention"
+    register_tree_attention()
+    return TREE_ATTENTION
+
+
+def use_packed_attention(model) -> None:
+    """Switch a loaded model (or a PEFT/DDP wrapper of one) to `packed_attention_implementation`."""
+    inner = getattr(model, "module", model)
+    inner = inner.get_base_model() if hasattr(inner, "get_base_model") else inner
+    inner.set_attn_implementation(packed_attention_implementation())
+
+
+def register_tree_attention() -> None:
+    from transformers import AttentionInterface
+
+    if TREE_ATTENTION not in AttentionInterface._global_mapping:
+        AttentionInterface.register(TREE_ATTENTION, tree_attention)
+
+
+def tree_segments(p: Pack, device=None) -> list[tuple]:
+    """The pack cut into segments for `tree_attention`: maximal runs [a, b) of tokens each the child of the one
+    before it. A segment's tokens share their ancestors outside it (the path to parent[a]) and attend to those
+    and causally within the segment: (a, b, key positions, boolean mask (b - a, keys), or None when causal)."""
+    import torch
+
+    segments, start = [], 0
+    for i in range(1, len(p.parents) + 1):
+        if i == len(p.parents) or p.parents[i] != i - 1:
+            path, node = [], p.parents[start]
+            while node >= 0:
+                path.append(node)
+                node = p.parents[node]
+            path.reverse()
+            n, m = i - start, len(path)
+            keys = torch.tensor(path + list(range(start, i)), device=device)
+            mask = None
+            if m:
+                mask = torch.ones(n, m + n, dtype=torch.bool, device=device)
+                mask[:, m:] = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+            segments.append((start, i, keys, mask))
+            start = i
+    return segments
+
+
+def tree_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
+                   tree_segments: list | None = None, **kwargs):
+    """Attention over a pack's tree, segment by segment (`tree_segments`, passed by `target_logps`): each
+    segment's queries against its ancestors' and its own keys, so no work is spent on pairs the tree mask hides.
+    Without segments (an ordinary forward pass) it is transformers' SDPA attention."""
+    import torch
+    from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+
+    segments = tree_segments
+    if segments is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    groups = getattr(module, "num_key_value_groups", 1)
+    key, value = (repeat_kv(key, groups), repeat_kv(value, groups)) if groups > 1 else (key, value)
+    outs = []
+    for a, b, keys, mask in segments:
+        outs.append(torch.nn.functional.scaled_dot_product_attention(
+            query[:, :, a:b], key.index_select(2, keys), value.index_select(2, keys), attn_mask=mask,
+            dropout_p=dropout, scale=scaling, is_causal=mask is None and b - a > 1))
+    return torch.cat(outs, dim=2).transpose(1, 2).contiguous(), None
 
 
 def attention_path(model) -> str:
-    """How a pack's tree mask reaches attention: "flex" (FlexAttention block mask: on CUDA, where it skips the
-    masked blocks), "sdpa" (a dense boolean mask; PyTorch SDPA, the CPU default) or "eager" (an additive
-    float mask)."""
+    """How a pack's tree reaches attention: "tree" (`tree_attention`'s segments, the CPU default), "flex"
+    (a FlexAttention block mask: on CUDA, where it skips the masked blocks), "sdpa" (a dense boolean mask) or
+    "eager" (an additive float mask)."""
     model = getattr(model, "module", model)  # DDP's wrapper has no config
     impl = getattr(model.config, "_attn_implementation", None) or "sdpa"
+    if impl == TREE_ATTENTION:
+        return "tree"
     if impl == "flex_attention":
         return "flex"
     return "eager" if impl == "eager" else "sdpa"
@@ -158,8 +231,14 @@ def model_inputs(p: Pack, model, device=None) -> dict:
     import torch
 
     device = device or next(model.parameters()).device
-    mask = torch.from_numpy(ancestor_mask(p.parents)).to(device)
     path = attention_path(model)
+    keep, rows = torch.unique(torch.tensor(p.sources, device=device), sorted=True, return_inverse=True)
+    inputs = {"input_ids": torch.tensor([p.input_ids], device=device),
+              "position_ids": torch.tensor([p.position_ids], device=device), "logits_to_keep": keep,
+              "use_cache": False, "_rows": rows}
+    if path == "tree":  # no mask: the segments carry the tree
+        return {**inputs, "attention_mask": None, "tree_segments": tree_segments(p, device)}
+    mask = torch.from_numpy(ancestor_mask(p.parents)).to(device)
     if path == "flex":
         attention_mask = flex_block_mask(mask)
     elif path == "eager":
@@ -168,10 +247,7 @@ def model_inputs(p: Pack, model, device=None) -> dict:
         attention_mask = attention_mask[None, None]
     else:
         attention_mask = mask[None, None]
-    keep, rows = torch.unique(torch.tensor(p.sources, device=device), sorted=True, return_inverse=True)
-    return {"input_ids": torch.tensor([p.input_ids], device=device), "attention_mask": attention_mask,
-            "position_ids": torch.tensor([p.position_ids], device=device), "logits_to_keep": keep,
-            "use_cache": False, "_rows": rows}
+    return {**inputs, "attention_mask": attention_mask}
 
 
 def flex_block_mask(mask):

@@ -75,6 +75,13 @@ class TrainConfig:
     # cpu-comparison-scienceworld's k=0 set: 2.5x fewer tokens per pass packed (benchmarks/sft_packing.py,
     # docs/performance.md). The loss is the same (tests/policy/test_packing.py); what shares an optimizer step is
     # not (trajectories are shuffled whole), so the fingerprint records the packing.
+    # A pack's activations grow with its tokens: on cpu-alfworld's k=0 set (bf16 autocast, 8 examples a step),
+    # packs of at most 1,792 / 4,096 tokens peaked at 5.6 / 6.0 GiB RSS against 5.3 GiB per step, and took 7.4 /
+    # 6.6 s against 16.3 s. 4,096 lets one step's trajectories share their prefixes (packs of up to ~3,000 tokens
+    # on the presets' k=0 sets); lower it where memory is tight.
+    pack_tokens: int = option(4096, help="packing tree: tokens per packed sequence, one forward/backward pass "
+                                         "(activation memory grows with it); at least max_length is used",
+                              bound=Bound(16, 1_048_576, why="tokens per packed sequence"))
     packing: Literal["tree", "per_step"] = option(
         DEFAULT_PACKING, help='"tree": each optimizer step\'s examples packed into prefix trees, every shared prefix computed '
                      'once and each answer attending to exactly its own prompt (trajectories shuffled whole); '
@@ -213,6 +220,7 @@ def training_fingerprint(base_model: str | Path, examples: list[dict], cfg: Trai
         if config.get(name) == default:
             config.pop(name)
     config.pop("save_minutes")  # where the trainer saves its state, not what it trains
+    config.pop("pack_tokens")  # how a step's examples are split into forward passes: the same loss either way
     # A micro-batch of the whole batch is how every checkpoint trained before the field existed; packed SFT's
     # micro-batches are its packs (bounded by max_length), whatever the field says.
     if (config.get("micro_batch_size") or cfg.batch_size) == cfg.batch_size or cfg.packing == "tree":
@@ -447,14 +455,14 @@ def step_batches(rows: Sequence[dict], cfg: TrainConfig, world_size: int = 1) ->
 def packed_steps(rows: Sequence[dict], tokenized: Sequence[tuple[list[int], int]], cfg: TrainConfig,
                  world_size: int = 1) -> list[dict]:
     """The dataset of packed SFT: per optimizer step and rank (rank r of step s at position s * world_size + r,
-    where the Trainer's sharded loader hands it to rank r), its examples' packs of at most `max_length` tokens
-    and the number of answer tokens the step's loss is the mean over."""
+    where the Trainer's sharded loader hands it to rank r), its examples' packs of at most `pack_tokens` tokens
+    (or `max_length`, if larger) and the number of answer tokens the step's loss is the mean over."""
     items = []
     for batch in step_batches(rows, cfg, world_size):
         share = math.ceil(len(batch) / world_size)
         for r in range(world_size):
             mine = batch[r * share:(r + 1) * share]
-            packs = pack([tokenized[i] for i in mine], cfg.max_length)
+            packs = pack([tokenized[i] for i in mine], max(cfg.pack_tokens, cfg.max_length))
             items.append({"packs": packs, "n_targets": sum(len(p.labels) for p in packs), "examples": mine})
     return items
 

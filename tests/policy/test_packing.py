@@ -16,7 +16,16 @@ from flywheel.core.prompting import PromptShape
 from flywheel.core.settings import SMOLLM2_DIR
 from flywheel.core.trajectory import Step, Trajectory
 from flywheel.policy.models import load_tokenizer, prepare_smollm2
-from flywheel.policy.packing import Pack, ancestor_mask, example_ids, pack, per_step_logps, target_logps
+from flywheel.policy.packing import (
+    Pack,
+    ancestor_mask,
+    example_ids,
+    pack,
+    packed_attention_implementation,
+    per_step_logps,
+    target_logps,
+    tree_segments,
+)
 from flywheel.policy.sft import (
     TrainConfig,
     packed_steps,
@@ -62,13 +71,16 @@ def rows_of(benchmark: str, shape: PromptShape, **kwargs) -> list[dict]:
     return sft_examples(bench_trajs(benchmark, **kwargs), lambda _t: spec.system_prompt(), shape)
 
 
-def check_equivalence(model_dir: str, benchmark: str, shape: PromptShape, *, budget: int = 8192, **kwargs) -> dict:
-    """Max abs log-prob difference and gradient cosine, packed vs per step, over every answer of the rows."""
+def check_equivalence(model_dir: str, benchmark: str, shape: PromptShape, *, budget: int = 8192,
+                      attention: str | None = None, **kwargs) -> dict:
+    """Max abs log-prob difference and gradient cosine, packed vs per step, over every answer of the rows, with the
+    model's attention `attention` (default: what packed SFT picks here)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     tok = load_tokenizer(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
+                                                 attn_implementation=attention or packed_attention_implementation())
     model.eval()  # no dropout: the two passes see the same function
     tokenized = [example_ids(tok, r) for r in rows_of(benchmark, shape, **kwargs)]
     n_targets = sum(len(ids) - max(start, 1) for ids, start in tokenized)
@@ -103,17 +115,33 @@ def check_equivalence(model_dir: str, benchmark: str, shape: PromptShape, *, bud
     ref, got = torch.cat(ref_logps), torch.cat(got_logps)
     assert ref.shape == got.shape == (n_targets,)
     return {"max_abs": float((ref - got).abs().max()), "loss": (ref_loss, got_loss),
-            "cosine": float(torch.nn.functional.cosine_similarity(ref_grad, got_grad, dim=0)),
+            "cosine": float(torch.nn.functional.cosine_similarity(ref_grad.double(), got_grad.double(), dim=0)),
             "tokens": (sum(len(ids) for ids, _ in tokenized), sum(len(p) for p in packs))}
 
 
 @pytest.mark.parametrize("benchmark", sorted(REGISTRY))
 @pytest.mark.parametrize("shape", SHAPES, ids=["fused", "fused-clipped", "react", "react-clipped"])
 def test_packed_equals_per_step_on_the_tiny_model(tiny, benchmark, shape):
-    got = check_equivalence(tiny, benchmark, shape)
+    got = check_equivalence(tiny, benchmark, shape)  # the CPU's path: segment-wise tree attention
     assert got["max_abs"] <= 1e-4 and got["cosine"] >= 0.9999, got
     assert math.isclose(*got["loss"], rel_tol=1e-5)
     assert got["tokens"][1] < got["tokens"][0] / 2  # the shared prefixes computed once
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_the_dense_tree_mask_paths_agree_too(tiny, attention):
+    """Models that keep their own attention get the tree as a dense mask (boolean for SDPA, additive for eager)."""
+    got = check_equivalence(tiny, "scienceworld", SHAPES[1], attention=attention)
+    assert got["max_abs"] <= 1e-4 and got["cosine"] >= 0.9999, got
+
+
+def test_tree_segments_follow_the_tree():
+    p = pack([([1, 2, 3, 4], 3), ([1, 2, 3, 5, 6], 4), ([1, 2, 3, 4, 7, 8], 5)], 64)[0]
+    got = [(a, b, keys.tolist(), None if mask is None else mask.int().tolist()) for a, b, keys, mask in tree_segments(p)]
+    # 1 2 3 4 | 5 6 (after 3) | 7 8 (after 4): each segment sees its ancestors and itself, causally
+    assert got == [(0, 4, [0, 1, 2, 3], None),
+                   (4, 6, [0, 1, 2, 4, 5], [[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]),
+                   (6, 8, [0, 1, 2, 3, 6, 7], [[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]])]
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +227,7 @@ def test_packing_is_part_of_the_fingerprint_and_per_step_hashes_as_before():
 
     config = dataclasses.asdict(per_step)
     config.update(config.pop("prompt"))
-    for name in ("history_mode", "group_by_length", "packing", "save_minutes"):  # at the values of before
+    for name in ("history_mode", "group_by_length", "packing", "save_minutes", "pack_tokens"):  # as before them
         config.pop(name)
     payload = json.dumps({"base_model": "m", "config": config,
                           "examples": [[r["prompt"], r["completion"]] for r in rows]}, sort_keys=True, default=str)
