@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import signal
@@ -243,7 +244,7 @@ def _key_values(items: list[str] | None, flag: str) -> dict:
 def cmd_demo(args: argparse.Namespace) -> int:
     validate_demo_args(args)  # first: before Dagster is even imported
     from flywheel.config.validation import check_data
-    from flywheel.core.store import Store, check_store
+    from flywheel.core.store import check_store
     from flywheel.drivers.experiment import resolve_model
     from flywheel.drivers.pipeline import GateBlocked, StageFailed, run_flywheel
     from flywheel.policy.vllm_server import ServerPool
@@ -259,21 +260,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
     resources = demo_resources(args, server_pool=pool)
     logging.getLogger("flywheel.demo").info("demo settings: %s", ", ".join(
         f"--{flag.replace('_', '-')} {value} ({source})" for flag, (value, source) in demo_settings(args).items()))
-    stopped, gate_blocked, empty_gates = None, False, []
+    stopped, code, empty_gates = None, 0, []
     try:
         empty_gates = run_flywheel(args.benchmark, resources=resources, iterations=args.iterations,
                                    instance=_ready_instance(), benchmark_refs=profile_of(args).benchmark_refs)
     except GateBlocked as exc:  # nothing passed the reward gate: a measured result, reported as such
-        stopped, gate_blocked = f"{exc} (no successful trajectory to refine on; the sensor would stop here too)", True
-    except StageFailed as exc:
-        stopped = str(exc)
+        stopped = f"{exc} (no successful trajectory to refine on; the sensor would stop here too)"
+    except StageFailed as exc:  # the cause is the last line; exit 2 when no rerun can fix it as it is
+        stopped, code = str(exc), 1 if exc.retryable else 2
     finally:
         pool.stop_all()
     minutes = (time.monotonic() - started) / 60
     store = Path(args.runs_dir) / "flywheel.duckdb"
     print(f"\n## {args.benchmark}: success of checkpoint k=0 (SFT on seeds) vs k={args.iterations} "
           f"(+ reward-gated self-refinement)\n")
-    print(demo_table(Store(store), args.benchmark))
+    print(closing_table(store, args.benchmark))
     print("\nsuccess: % of greedy evaluation episodes with a 95% Wilson interval and (successes/n); the same tasks "
           "for every checkpoint. A demo-sized n shows the chain runs, not whether k beats k-1: an experiment "
           "measures that.")
@@ -288,8 +289,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"a real experiment (n and paired intervals per checkpoint): {experiment_command(args.benchmark)}")
     if stopped:
         print(f"\nflywheel stopped early: {stopped}", file=sys.stderr)
-        return 0 if gate_blocked else 1
-    return 0
+    return code
+
+
+def closing_table(path: Path, benchmark: str) -> str:
+    """The demo's closing table, or one line saying why it cannot be read: never what fails (a full disk or a
+    damaged store would otherwise hide the failure the demo stopped on behind a DuckDB traceback)."""
+    from flywheel.core.store import Store
+
+    if not path.is_file():
+        return "(no evaluation recorded)"
+    try:
+        return demo_table(Store(path, read_only=True), benchmark)
+    except Exception as exc:  # noqa: BLE001 - the closing lines report, they do not fail
+        return f"(no table: the store {path} could not be read: {type(exc).__name__}: {' '.join(str(exc).split())})"
 
 
 def demo_table(store, benchmark: str) -> str:
@@ -722,11 +735,27 @@ def main(argv: list[str] | None = None) -> int:
         profile_of(args)  # a bad profile: one line naming the fix, before any work
         return args.fn(args)
     except Exception as exc:
-        if not _user_error(exc, (ConfigurationError, ModelNotFoundError, MissingDataError)):
+        if _user_error(exc, (ConfigurationError, ModelNotFoundError, MissingDataError)):
+            # A configuration error: one line naming the fix, no traceback.
+            print(f"{parser.prog}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+            return 2
+        if (stopped := _stopped(exc)) is None:
             raise
-        # A configuration error: one line naming the fix, no traceback.
-        print(f"{parser.prog}: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
+        # A stage that failed, or a full disk: the last line names the cause; exit 2 when no rerun can fix it.
+        print(f"{parser.prog}: stopped early: {stopped[0]}", file=sys.stderr)
+        return stopped[1]
+
+
+def _stopped(exc: Exception) -> tuple[str, int] | None:
+    """(the closing line's cause, exit code) for a failed stage (its user's exception, 1 if a rerun may succeed,
+    else 2) or a full disk (2); None for anything else (a bug: its traceback is shown)."""
+    pipeline = sys.modules.get("flywheel.drivers.pipeline")
+    if pipeline is not None and isinstance(exc, pipeline.StageFailed):
+        return " ".join(str(exc).split()), 1 if exc.retryable else 2
+    text = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    if (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or "No space left on device" in text:
+        return f"{text}: free space on that disk (or point --runs-dir elsewhere) and rerun; finished stages are kept", 2
+    return None
 
 
 if __name__ == "__main__":

@@ -1,0 +1,113 @@
+"""Deadlines on network calls: a request to an OpenAI-compatible endpoint (the teacher, the policy server) gets
+a total time, connect, first byte and whole body together, not httpx's per-read timeout (an endpoint that sent
+one byte every 2 s held a request for 150 s against a 5 s timeout). And requests sent side by side run on
+daemon threads, so an interrupted command (SIGTERM, Ctrl-C) never waits at exit for threads still in a request.
+Plain code (no Dagster).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+import httpx
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class DeadlineTransport(httpx.HTTPTransport):
+    """httpx transport that reads a request's timeout as its *total* time: each phase (connect, write, wait for
+    the first byte) gets at most what is left of it, and the body is cut off, as `httpx.ReadTimeout`, at the
+    first chunk that arrives after it."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        given = request.extensions.get("timeout") or {}
+        total = max((v for v in given.values() if v is not None), default=None)
+        if total is None:
+            return super().handle_request(request)
+        deadline = time.monotonic() + total
+        request.extensions["timeout"] = {k: total for k in ("connect", "read", "write", "pool")}
+        response = super().handle_request(request)
+        response.stream = _DeadlineStream(response.stream, deadline, total, request)
+        return response
+
+
+class _DeadlineStream(httpx.SyncByteStream):
+    def __init__(self, inner: Any, deadline: float, total: float, request: httpx.Request) -> None:
+        self.inner, self.deadline, self.total, self.request = inner, deadline, total, request
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self.inner:
+            if time.monotonic() > self.deadline:
+                raise httpx.ReadTimeout(f"no whole answer within the request's deadline ({self.total:g} s)",
+                                        request=self.request)
+            yield chunk
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def http_client(seconds: float) -> httpx.Client:
+    """An httpx client for the OpenAI SDK (`http_client=`) whose requests each end within `seconds` in all."""
+    return httpx.Client(transport=DeadlineTransport(), timeout=seconds)
+
+
+def retry_within(seconds: float, attempt: Callable[[float], T], *, retryable: Callable[[Exception], bool],
+                 backoff_s: float = 1.0, max_attempts: int = 3, sleep: Callable[[float], None] = time.sleep) -> T:
+    """`attempt(seconds_left)` until it returns, retrying errors `retryable` accepts with doubling waits, all
+    within `seconds`: retries and waits count against the one deadline, and a wait that would pass it is not
+    taken (the last error is raised)."""
+    deadline = time.monotonic() + seconds
+    for n in range(max_attempts):
+        try:
+            return attempt(max(deadline - time.monotonic(), 0.001))
+        except Exception as exc:
+            delay = backoff_s * 2**n
+            if n + 1 == max_attempts or not retryable(exc) or time.monotonic() + delay >= deadline:
+                raise
+        sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def map_on_daemon_threads(fn: Callable[[T], R], items: Iterable[T], workers: int) -> list[R]:
+    """[fn(item) for item in items], `workers` at a time, in order; the first error (in finishing order) is
+    raised. Unlike ThreadPoolExecutor, whose threads the interpreter joins at exit, the threads are daemons: an
+    interrupt returns at once and the process exits without waiting for requests still in flight."""
+    todo = list(enumerate(items))
+    results: list[Any] = [None] * len(todo)
+    errors: list[BaseException] = []
+    lock, finished = threading.Lock(), threading.Event()
+    left = [len(todo)]
+    if not todo:
+        return []
+    queue = iter(todo)
+
+    def work() -> None:
+        while not finished.is_set():
+            with lock:
+                nxt = next(queue, None)
+            if nxt is None:
+                return
+            try:
+                results[nxt[0]] = fn(nxt[1])
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                errors.append(exc)
+                finished.set()
+                return
+            with lock:
+                left[0] -= 1
+                if not left[0]:
+                    finished.set()
+
+    for _ in range(min(workers, len(todo))):
+        threading.Thread(target=work, daemon=True, name="flywheel-request").start()
+    try:
+        finished.wait()
+    finally:
+        finished.set()  # interrupted (SIGTERM, Ctrl-C): no thread takes another item
+    if errors:
+        raise errors[0]
+    return results
