@@ -72,10 +72,17 @@ def retry_within(seconds: float, attempt: Callable[[float], T], *, retryable: Ca
     raise AssertionError("unreachable")
 
 
-def map_on_daemon_threads(fn: Callable[[T], R], items: Iterable[T], workers: int) -> list[R]:
+class RequestsAbandoned(RuntimeError):
+    """The process is exiting while requests are in flight: their answers are not waited for."""
+
+
+def map_on_daemon_threads(fn: Callable[[T], R], items: Iterable[T], workers: int,
+                          abandon: threading.Event | None = None) -> list[R]:
     """[fn(item) for item in items], `workers` at a time, in order; the first error (in finishing order) is
     raised. Unlike ThreadPoolExecutor, whose threads the interpreter joins at exit, the threads are daemons: an
-    interrupt returns at once and the process exits without waiting for requests still in flight."""
+    interrupt of the caller returns at once, and the process exits without waiting for requests in flight.
+    `abandon` set (by whoever interrupts a caller that is itself a joined thread, e.g. a rollout slot): stop
+    waiting, raise RequestsAbandoned."""
     todo = list(enumerate(items))
     results: list[Any] = [None] * len(todo)
     errors: list[BaseException] = []
@@ -105,9 +112,11 @@ def map_on_daemon_threads(fn: Callable[[T], R], items: Iterable[T], workers: int
     for _ in range(min(workers, len(todo))):
         threading.Thread(target=work, daemon=True, name="flywheel-request").start()
     try:
-        finished.wait()
+        while not finished.wait(0.25):
+            if abandon is not None and abandon.is_set():
+                raise RequestsAbandoned("interrupted: the requests still in flight were abandoned")
     finally:
-        finished.set()  # interrupted (SIGTERM, Ctrl-C): no thread takes another item
+        finished.set()  # interrupted or abandoned: no thread takes another item
     if errors:
         raise errors[0]
     return results

@@ -8,10 +8,11 @@ the `Action:` line, so the model never writes the next observation itself.
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from flywheel.core.deadline import http_client, map_on_daemon_threads, retry_within
+from flywheel.core.deadline import RequestsAbandoned, http_client, map_on_daemon_threads, retry_within
 from flywheel.core.redaction import Redactor
 from flywheel.policy.models import load_model, load_tokenizer, set_threads
 
@@ -226,6 +227,12 @@ class OpenAICompatibleGenerator:
         self.model_id = self.redact(f"{base_url}#{model}")
         self.concurrency = concurrency
         self.request_timeout_s, self.max_retries = request_timeout_s, max_retries
+        self.abandoned = threading.Event()
+
+    def abandon(self) -> None:
+        """Stop waiting for requests in flight (the rollouts were interrupted): every `generate` waiting, and every
+        later one, raises RequestsAbandoned at once, so that no slot thread keeps the process from exiting."""
+        self.abandoned.set()
 
     def generate(
         self, prompts: list[list[Message]], *, temperature: float, max_new_tokens: int, seed: int | None = None
@@ -251,7 +258,9 @@ class OpenAICompatibleGenerator:
             )
 
         # Daemon threads: an interrupted rollout (SIGTERM) exits without joining requests still in flight.
-        return map_on_daemon_threads(one, prompts, self.concurrency)
+        if self.abandoned.is_set():
+            raise RequestsAbandoned("this generator was interrupted: no new request")
+        return map_on_daemon_threads(one, prompts, self.concurrency, abandon=self.abandoned)
 
 
 def _retryable(exc: Exception) -> bool:

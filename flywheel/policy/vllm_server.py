@@ -529,7 +529,8 @@ class StreamingOpenAIGenerator(OpenAICompatibleGenerator):
     ) -> list[Generation]:
         # Daemon threads: an interrupted rollout (SIGTERM) exits without joining requests still in flight.
         return map_on_daemon_threads(lambda m: self.complete(m, temperature=temperature, max_new_tokens=max_new_tokens,
-                                                             seed=seed), prompts, self.concurrency)
+                                                             seed=seed), prompts, self.concurrency,
+                                     abandon=self.abandoned)
 
 
 class ManagedVLLMGenerator:

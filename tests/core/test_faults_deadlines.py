@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,7 @@ from flywheel.teacher import OpenAITeacher, TeacherError
 from tests.openai_stub import StalledServer
 
 MESSAGES = [{"role": "user", "content": "hello"}]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(60)
@@ -45,22 +47,32 @@ def test_a_policy_request_ends_within_its_timeout_retries_included(mode):
 
 CHILD = """
 import signal, sys
+from concurrent.futures import ThreadPoolExecutor, wait
 from flywheel.policy.inference import OpenAICompatibleGenerator
 
 def interrupt(*_):  # as the CLI under Dagster: SIGTERM raises KeyboardInterrupt in the main thread
     raise KeyboardInterrupt
 signal.signal(signal.SIGTERM, interrupt)
 gen = OpenAICompatibleGenerator(base_url=sys.argv[1], model="m", request_timeout_s=300.0, concurrency=4)
+prompt = [{"role": "user", "content": "x"}]
 print("started", flush=True)
-gen.generate([[{"role": "user", "content": "x"}]] * 8, temperature=0.0, max_new_tokens=8)
+if sys.argv[2] == "batch":  # one call, eight prompts
+    gen.generate([prompt] * 8, temperature=0.0, max_new_tokens=8)
+else:  # rollouts: four per-episode slot threads (joined at exit), each waiting on its own request
+    from flywheel.rollout.engine import RolloutConfig, run_rollouts
+    from tests.fakes import CounterEnv, counter_task
+    run_rollouts([(counter_task(i), 0) for i in range(8)], make_env=CounterEnv, generator=gen,
+                 instructions="Count.", normalize_action=str.strip,
+                 cfg=RolloutConfig(parallel_envs=4, scheduling="per_episode", max_new_tokens=8))
 """
 
 
 @pytest.mark.timeout(120)
-def test_sigterm_during_generation_exits_without_joining_requests_in_flight():
+@pytest.mark.parametrize("caller", ["batch", "rollouts"])
+def test_sigterm_during_generation_exits_without_joining_requests_in_flight(caller):
     with StalledServer("hang") as srv:
-        child = subprocess.Popen([sys.executable, "-c", CHILD, srv.base_url], stdout=subprocess.PIPE,
-                                 stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        child = subprocess.Popen([sys.executable, "-c", CHILD, srv.base_url, caller], stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"})
         assert child.stdout.readline().strip() == b"started"
         deadline = time.monotonic() + 60
         while srv.requests < 4 and time.monotonic() < deadline:  # four requests in flight, four queued
@@ -72,7 +84,7 @@ def test_sigterm_during_generation_exits_without_joining_requests_in_flight():
         finally:
             child.kill()
         assert time.monotonic() - sent < 10
-        assert srv.requests == 4  # the queued ones were never sent
+        assert srv.requests == 4  # the four queued prompts (episodes) were never sent
 
 
 def test_retries_count_against_the_one_deadline():
