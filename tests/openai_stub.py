@@ -61,7 +61,8 @@ class StubServer:
 
 class StalledServer:
     """A loopback endpoint that never answers whole: `trickle` sends the status line and headers at once, then
-    its body one byte a second; `hang` reads the request and sends nothing. `requests` counts what arrived."""
+    its body one byte a second; `trickle-headers` sends even its status line and headers one byte a second;
+    `hang` reads the request and sends nothing. `requests` counts what arrived."""
 
     def __init__(self, mode: str) -> None:
         import socket
@@ -84,8 +85,6 @@ class StalledServer:
             threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
 
     def _answer(self, conn) -> None:
-        import time
-
         with conn:
             data = b""
             while b"\r\n\r\n" not in data:
@@ -96,15 +95,16 @@ class StalledServer:
             while len(body) < length:
                 body += conn.recv(65536)
             self.requests += 1
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
             if self.mode == "trickle":
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
+                conn.sendall(head)
+            trickled = iter(head if self.mode == "trickle-headers" else b" " * 100000)
             while not self.stop.wait(1.0):
-                if self.mode == "trickle":
+                if self.mode != "hang":
                     try:
-                        conn.sendall(b" ")
+                        conn.sendall(bytes([next(trickled, 32)]))
                     except OSError:  # the client gave up: what a deadline is for
                         return
-            time.sleep(0)
 
     def __enter__(self) -> StalledServer:
         self.thread.start()

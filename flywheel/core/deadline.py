@@ -7,6 +7,7 @@ Plain code (no Dagster).
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -19,34 +20,82 @@ R = TypeVar("R")
 
 
 class DeadlineTransport(httpx.HTTPTransport):
-    """httpx transport that reads a request's timeout as its *total* time: each phase (connect, write, wait for
-    the first byte) gets at most what is left of it, and the body is cut off, as `httpx.ReadTimeout`, at the
-    first chunk that arrives after it."""
+    """httpx transport that reads a request's timeout as its *total* time: connect, first byte and whole body.
+    Each phase gets at most that time; at the deadline a watchdog shuts the request's socket (every request has
+    its own connection for it: no keep-alive), which ends a read however the server trickles, headers included;
+    the body is also cut at the first chunk past it. Either way the caller sees `httpx.ReadTimeout`."""
+
+    def __init__(self) -> None:
+        super().__init__(limits=httpx.Limits(max_keepalive_connections=0))
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         given = request.extensions.get("timeout") or {}
         total = max((v for v in given.values() if v is not None), default=None)
         if total is None:
             return super().handle_request(request)
-        deadline = time.monotonic() + total
+        watchdog = _Watchdog(time.monotonic() + total, total, request)
         request.extensions["timeout"] = {k: total for k in ("connect", "read", "write", "pool")}
-        response = super().handle_request(request)
-        response.stream = _DeadlineStream(response.stream, deadline, total, request)
+        request.extensions["trace"] = watchdog.trace
+        try:
+            response = super().handle_request(request)
+        except httpx.TransportError:
+            watchdog.cancel()
+            if watchdog.fired:
+                raise watchdog.timeout() from None
+            raise
+        response.stream = _DeadlineStream(response.stream, watchdog)
         return response
 
 
+class _Watchdog:
+    """Shuts one request's socket at its deadline (httpcore's public `trace` extension hands over the stream)."""
+
+    def __init__(self, deadline: float, total: float, request: httpx.Request) -> None:
+        self.deadline, self.total, self.request = deadline, total, request
+        self.timer: threading.Timer | None = None
+        self.fired = False
+
+    def trace(self, event: str, info: dict[str, Any]) -> None:
+        if event in ("connection.connect_tcp.complete", "connection.start_tls.complete") and info.get("return_value"):
+            self.cancel()  # TLS wraps the TCP socket: the newest stream's socket is the one to shut
+            sock = info["return_value"].get_extra_info("socket")
+            self.timer = threading.Timer(max(self.deadline - time.monotonic(), 0.0), self._fire, (sock,))
+            self.timer.daemon = True
+            self.timer.start()
+
+    def _fire(self, sock: socket.socket) -> None:
+        self.fired = True
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:  # already closed: the request ended in time after all
+            pass
+
+    def cancel(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+
+    def timeout(self) -> httpx.ReadTimeout:
+        return httpx.ReadTimeout(f"no whole answer within the request's deadline ({self.total:g} s)",
+                                 request=self.request)
+
+
 class _DeadlineStream(httpx.SyncByteStream):
-    def __init__(self, inner: Any, deadline: float, total: float, request: httpx.Request) -> None:
-        self.inner, self.deadline, self.total, self.request = inner, deadline, total, request
+    def __init__(self, inner: Any, watchdog: _Watchdog) -> None:
+        self.inner, self.watchdog = inner, watchdog
 
     def __iter__(self) -> Iterator[bytes]:
-        for chunk in self.inner:
-            if time.monotonic() > self.deadline:
-                raise httpx.ReadTimeout(f"no whole answer within the request's deadline ({self.total:g} s)",
-                                        request=self.request)
-            yield chunk
+        try:
+            for chunk in self.inner:
+                if time.monotonic() > self.watchdog.deadline:
+                    raise self.watchdog.timeout()
+                yield chunk
+        except httpx.TransportError:
+            if self.watchdog.fired:
+                raise self.watchdog.timeout() from None
+            raise
 
     def close(self) -> None:
+        self.watchdog.cancel()
         self.inner.close()
 
 

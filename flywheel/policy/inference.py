@@ -248,7 +248,8 @@ class OpenAICompatibleGenerator:
                 resp = retry_within(self.request_timeout_s, lambda left_s: attempt(messages, left_s),
                                     retryable=_retryable, max_attempts=self.max_retries + 1)
             except Exception as exc:  # noqa: BLE001 - its message may echo the key: re-raised redacted
-                raise RuntimeError(f"policy endpoint failed: {self.redact.exception(exc)}") from None
+                raise RuntimeError(f"policy endpoint failed: {self.redact.exception(exc)} (request_timeout_s "
+                                   f"{self.request_timeout_s:g} s per request, its retries included)") from None
             text = self.redact(cut_after_action(clip_answer(resp.choices[0].message.content or "", max_new_tokens)))
             usage = resp.usage
             return Generation(

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("mode", ["trickle", "hang"])
+@pytest.mark.parametrize("mode", ["trickle", "trickle-headers", "hang"])
 def test_a_teacher_request_ends_within_its_timeout_retries_included(mode):
     with StalledServer(mode) as srv:
         teacher = OpenAITeacher(base_url=srv.base_url, model="m", api_key="k", timeout_s=2.0, max_retries=5,
@@ -35,7 +35,7 @@ def test_a_teacher_request_ends_within_its_timeout_retries_included(mode):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("mode", ["trickle", "hang"])
+@pytest.mark.parametrize("mode", ["trickle", "trickle-headers", "hang"])
 def test_a_policy_request_ends_within_its_timeout_retries_included(mode):
     with StalledServer(mode) as srv:
         gen = OpenAICompatibleGenerator(base_url=srv.base_url, model="m", request_timeout_s=2.0, concurrency=4)
