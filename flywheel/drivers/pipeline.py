@@ -57,17 +57,28 @@ def run_stage(job: dg.JobDefinition, key: str, selection: Iterable[str], instanc
     names = [c.event_specific_data.check_name for c in bad_checks]
     genuine = [e for e in failed if not any(e.step_key.endswith(n) for n in names)]
     if genuine or (not result.success and not bad_checks):
-        errors = [e.event_specific_data.error for e in genuine if e.event_specific_data] or [
-            err for e in result.all_events if (err := getattr(e.event_specific_data, "error", None)) is not None][:1]
-        causes = [root_cause(err) for err in errors]
-        run = instance.get_run_by_id(result.run_id)
-        fail_once = run is not None and FAIL_ONCE_TAG in run.tags  # `fail_once` tagged it: no retry can fix it
-        retryable = not fail_once and not any(cls in NOT_RETRYABLE or disk_full(text) for cls, text in causes)
-        reasons = "; ".join(text if cls == "Failure" else f"{cls}: {text}" for cls, text in causes)
-        raise StageFailed(f"{job.name} {key} failed: {reasons or 'see the Dagster run log'}", retryable=retryable)
+        raise stage_failure(f"{job.name} {key}", genuine, result, instance)
     if bad_checks:
         raise GateBlocked(f"{job.name} {key}: blocking check(s) failed: {', '.join(names)}")
     return result
+
+
+def stage_failure(what: str, failed: list[dg.DagsterEvent], result: dg.ExecuteInProcessResult,
+                  instance: dg.DagsterInstance) -> StageFailed:
+    """StageFailed naming the user's exception of each failed step (else the run's first error) and whether a
+    rerun can fix it: not after `fail_once` tagged the run, an exception in NOT_RETRYABLE or a full disk."""
+    errors = [e.event_specific_data.error for e in failed if e.event_specific_data] or [
+        err for e in result.all_events if (err := getattr(e.event_specific_data, "error", None)) is not None][:1]
+    causes = [root_cause(err) for err in errors]
+    run = instance.get_run_by_id(result.run_id)
+    fail_once = run is not None and FAIL_ONCE_TAG in run.tags
+    full = any(disk_full(text) for _, text in causes)
+    reasons = "; ".join(text if cls == "Failure" else f"{cls}: {text}" for cls, text in causes)
+    if full:
+        reasons += (" (the disk is full: free space there, or point runs_dir elsewhere, and rerun; finished stages "
+                    "and recorded episodes are kept)")
+    retryable = not (fail_once or full or any(cls in NOT_RETRYABLE for cls, _ in causes))
+    return StageFailed(f"{what} failed: {reasons or 'see the Dagster run log'}", retryable=retryable)
 
 
 def root_cause(error: Any) -> tuple[str, str]:
