@@ -31,7 +31,7 @@ def test_a_teacher_request_ends_within_its_timeout_retries_included(mode):
         started = time.monotonic()
         with pytest.raises(TeacherError):
             teacher.chat(MESSAGES)
-        assert time.monotonic() - started < 4.5  # 2 s, plus at most one trickled byte and the slack of a busy CPU
+        assert time.monotonic() - started < 8  # 2 s and the slack of a busy CPU (before: 18 s hanging, hours trickling)
 
 
 @pytest.mark.timeout(60)
@@ -42,7 +42,7 @@ def test_a_policy_request_ends_within_its_timeout_retries_included(mode):
         started = time.monotonic()
         with pytest.raises(RuntimeError, match="policy endpoint failed"):
             gen.generate([MESSAGES] * 4, temperature=0.0, max_new_tokens=8)
-        assert time.monotonic() - started < 4.5
+        assert time.monotonic() - started < 8  # before: no deadline (600 s, 2 retries)
 
 
 CHILD = """
@@ -99,8 +99,8 @@ def test_retries_count_against_the_one_deadline():
         time.sleep(seconds)
 
     with pytest.raises(TimeoutError):
-        retry_within(1.0, attempt, retryable=lambda exc: True, backoff_s=0.4, max_attempts=10, sleep=wait)
-    assert len(calls) == 2 and waits == [0.4]  # a second wait of 0.8 s would pass the deadline: not taken
+        retry_within(3.0, attempt, retryable=lambda exc: True, backoff_s=1.0, max_attempts=10, sleep=wait)
+    assert len(calls) == 2 and waits == [1.0]  # a second wait of 2 s would pass the deadline: not taken
 
 
 def test_daemon_map_keeps_order_and_raises_the_first_error():
