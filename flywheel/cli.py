@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import signal
+import subprocess
 import sys
 import time
 import warnings
@@ -242,7 +244,7 @@ def _key_values(items: list[str] | None, flag: str) -> dict:
 def cmd_demo(args: argparse.Namespace) -> int:
     validate_demo_args(args)  # first: before Dagster is even imported
     from flywheel.config.validation import check_data
-    from flywheel.core.store import Store, check_store
+    from flywheel.core.store import check_store
     from flywheel.drivers.experiment import resolve_model
     from flywheel.drivers.pipeline import GateBlocked, StageFailed, run_flywheel
     from flywheel.policy.vllm_server import ServerPool
@@ -258,21 +260,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
     resources = demo_resources(args, server_pool=pool)
     logging.getLogger("flywheel.demo").info("demo settings: %s", ", ".join(
         f"--{flag.replace('_', '-')} {value} ({source})" for flag, (value, source) in demo_settings(args).items()))
-    stopped, gate_blocked, empty_gates = None, False, []
+    stopped, code, empty_gates = None, 0, []
     try:
         empty_gates = run_flywheel(args.benchmark, resources=resources, iterations=args.iterations,
                                    instance=_ready_instance(), benchmark_refs=profile_of(args).benchmark_refs)
     except GateBlocked as exc:  # nothing passed the reward gate: a measured result, reported as such
-        stopped, gate_blocked = f"{exc} (no successful trajectory to refine on; the sensor would stop here too)", True
-    except StageFailed as exc:
-        stopped = str(exc)
+        stopped = f"{exc} (no successful trajectory to refine on; the sensor would stop here too)"
+    except StageFailed as exc:  # the cause is the last line; exit 2 when no rerun can fix it as it is
+        stopped, code = str(exc), 1 if exc.retryable else 2
     finally:
         pool.stop_all()
     minutes = (time.monotonic() - started) / 60
     store = Path(args.runs_dir) / "flywheel.duckdb"
     print(f"\n## {args.benchmark}: success of checkpoint k=0 (SFT on seeds) vs k={args.iterations} "
           f"(+ reward-gated self-refinement)\n")
-    print(demo_table(Store(store), args.benchmark))
+    print(closing_table(store, args.benchmark))
     print("\nsuccess: % of greedy evaluation episodes with a 95% Wilson interval and (successes/n); the same tasks "
           "for every checkpoint. A demo-sized n shows the chain runs, not whether k beats k-1: an experiment "
           "measures that.")
@@ -287,8 +289,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"a real experiment (n and paired intervals per checkpoint): {experiment_command(args.benchmark)}")
     if stopped:
         print(f"\nflywheel stopped early: {stopped}", file=sys.stderr)
-        return 0 if gate_blocked else 1
-    return 0
+    return code
+
+
+def closing_table(path: Path, benchmark: str) -> str:
+    """The demo's closing table, or one line saying why it cannot be read: never what fails (a full disk or a
+    damaged store would otherwise hide the failure the demo stopped on behind a DuckDB traceback)."""
+    from flywheel.core.store import Store
+
+    if not path.is_file():
+        return "(no evaluation recorded)"
+    try:
+        return demo_table(Store(path, read_only=True), benchmark)
+    except Exception as exc:  # noqa: BLE001 - the closing lines report, they do not fail
+        return f"(no table: the store {path} could not be read: {type(exc).__name__}: {' '.join(str(exc).split())})"
 
 
 def demo_table(store, benchmark: str) -> str:
@@ -313,12 +327,16 @@ def demo_table(store, benchmark: str) -> str:
 
 def experiment_command(benchmark: str) -> str:
     """`make experiment PRESET=...` for a preset of this benchmark (experiments/*.yaml), `cpu-<benchmark>` first."""
-    import yaml
-
     from flywheel.config.presets import PRESETS_DIR
+    from flywheel.config.validation import ConfigurationError, load_yaml
 
-    names = sorted(p.stem for p in PRESETS_DIR.glob("*.yaml")
-                   if (yaml.safe_load(p.read_text()) or {}).get("benchmark") == benchmark)
+    def benchmark_of(path: Path) -> object:
+        try:
+            return (load_yaml(path.read_text(), str(path)) or {}).get("benchmark")
+        except (ConfigurationError, AttributeError, OSError, UnicodeDecodeError):
+            return None  # a damaged preset is named when it is run, not in the demo's closing lines
+
+    names = sorted(p.stem for p in PRESETS_DIR.glob("*.yaml") if benchmark_of(p) == benchmark)
     if not names:
         return "make experiment PRESET=NAME (a preset of experiments/*.yaml; none runs this benchmark yet)"
     names.sort(key=lambda n: n != f"cpu-{benchmark}")
@@ -406,7 +424,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     for arm in preset.arms:  # a damaged or newer store: refused before any arm runs or any report is written
         check_store(runs / arm / "flywheel.duckdb")
     if args.report_only:
-        data = write_report(preset, runs=runs, results=results)
+        data = write_report(preset, runs=runs, results=results, keep_committed=True)
     else:
         started = time.monotonic()
         data = run_experiment(preset, runs=runs, results=results, instance=_ready_instance(), arms=args.arms or None,
@@ -421,17 +439,55 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
 def _commit_results(results: Path):
     """After each arm: `git commit` the experiment's results folder (arms/ARM.json, report, plots), so a
-    sitting that ends abruptly keeps every finished arm."""
-    import subprocess
+    sitting that ends abruptly keeps every finished arm. A commit that fails (a stale `.git/index.lock` left by
+    a killed git, a hook) is reported in one line and the experiment goes on: the results stay on disk, and the
+    next arm's commit, or a rerun's, commits whatever was left uncommitted."""
 
     def commit(arm: str, _file: Path) -> None:
-        subprocess.run(["git", "add", "--", str(results)], check=True)
-        staged = subprocess.run(["git", "diff", "--cached", "--quiet", "--", str(results)])
-        if staged.returncode:
-            subprocess.run(["git", "commit", "-q", "-m", f"experiment {results.name}: arm {arm} results",
-                            "--", str(results)], check=True)
+        folder = results.resolve()
+        try:
+            _git(folder, "add", "--", str(folder))
+            if _git(folder, "diff", "--cached", "--quiet", "--", str(folder), check=False).returncode:
+                _git(folder, "commit", "-q", "-m", f"experiment {results.name}: arm {arm} results", "--", str(folder))
+        except (OSError, subprocess.SubprocessError, CalledGitError) as exc:
+            print(f"flywheel: arm {arm}'s results stay uncommitted in {results} ({exc}); the experiment goes on, "
+                  "and the next arm's commit or a rerun commits them", file=sys.stderr)
 
     return commit
+
+
+class CalledGitError(RuntimeError):
+    """A git command that failed, with the first line git gave and the lock it left, if any."""
+
+
+def _git(folder: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, timeout=300)
+    if check and done.returncode:
+        said = next((line for line in (done.stderr + done.stdout).splitlines() if line.strip()), "no output")
+        raise CalledGitError(f"git {args[0]} exited {done.returncode}: {said.strip()}{_stale_lock(folder)}")
+    return done
+
+
+def _stale_lock(folder: Path) -> str:
+    """'; ... index.lock is left ...' when git left its lock (a killed `git commit`), else ''."""
+    try:
+        git_dir = subprocess.run(["git", "rev-parse", "--absolute-git-dir"], cwd=folder, capture_output=True,
+                                 text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    lock = Path(git_dir) / "index.lock" if git_dir else None
+    if lock is None or not lock.exists():
+        return ""
+    return f"; {lock} is left by a git that was killed: remove it if no git command is running"
+
+
+def cmd_resign_arm(args: argparse.Namespace) -> int:
+    """Re-sign arm files edited on purpose: each must parse and agree with itself; its checksum is written anew."""
+    from flywheel.core.provenance import resign_arm
+
+    for path in args.paths:
+        print(f"re-signed {resign_arm(Path(path))}")
+    return 0
 
 
 def cmd_paper(args: argparse.Namespace) -> int:
@@ -624,6 +680,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the number shown with --paper")
     rep.set_defaults(fn=cmd_report)
 
+    resign = sub.add_parser("resign-arm", help="re-sign committed arm files (experiments/results/NAME/arms/ARM.json) "
+                            "edited on purpose: each is checked (it parses, its counts, rates, intervals and per-task "
+                            "outcomes agree) and gets the checksum of its content; without it an edited file is refused")
+    resign.add_argument("paths", nargs="+", metavar="PATH", help="arm file(s) to re-sign")
+    resign.set_defaults(fn=cmd_resign_arm)
+
     free = sub.add_parser("free-slots", help="free pool slots held by finished runs or runs whose worker was killed")
     free.set_defaults(fn=cmd_free_slots)
 
@@ -634,8 +696,10 @@ def _user_error(exc: Exception, kinds: tuple[type[Exception], ...]) -> bool:
     """A configuration or environment error the user fixes (shown as one line), not a bug (a traceback)."""
     slots = sys.modules.get("flywheel.orchestration.slots")  # imported only by commands that use an instance
     store = sys.modules.get("flywheel.core.store")
+    provenance = sys.modules.get("flywheel.core.provenance")
     return isinstance(exc, kinds + ((slots.PoolBusyError,) if slots else ())
-                      + ((store.ForeignStoreError, store.StoreBusyError) if store else ()))
+                      + ((store.ForeignStoreError, store.StoreBusyError) if store else ())
+                      + ((provenance.ArmFileError,) if provenance else ()))
 
 
 def stoppable_by_sigterm() -> None:
@@ -671,11 +735,27 @@ def main(argv: list[str] | None = None) -> int:
         profile_of(args)  # a bad profile: one line naming the fix, before any work
         return args.fn(args)
     except Exception as exc:
-        if not _user_error(exc, (ConfigurationError, ModelNotFoundError, MissingDataError)):
+        if _user_error(exc, (ConfigurationError, ModelNotFoundError, MissingDataError)):
+            # A configuration error: one line naming the fix, no traceback.
+            print(f"{parser.prog}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+            return 2
+        if (stopped := _stopped(exc)) is None:
             raise
-        # A configuration error: one line naming the fix, no traceback.
-        print(f"{parser.prog}: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
+        # A stage that failed, or a full disk: the last line names the cause; exit 2 when no rerun can fix it.
+        print(f"{parser.prog}: stopped early: {stopped[0]}", file=sys.stderr)
+        return stopped[1]
+
+
+def _stopped(exc: Exception) -> tuple[str, int] | None:
+    """(the closing line's cause, exit code) for a failed stage (its user's exception, 1 if a rerun may succeed,
+    else 2) or a full disk (2); None for anything else (a bug: its traceback is shown)."""
+    pipeline = sys.modules.get("flywheel.drivers.pipeline")
+    if pipeline is not None and isinstance(exc, pipeline.StageFailed):
+        return " ".join(str(exc).split()), 1 if exc.retryable else 2
+    text = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    if (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or "No space left on device" in text:
+        return f"{text}: free space on that disk (or point --runs-dir elsewhere) and rerun; finished stages are kept", 2
+    return None
 
 
 if __name__ == "__main__":

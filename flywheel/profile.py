@@ -38,13 +38,13 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-import yaml
 
 from flywheel.config.validation import (
     ConfigurationError,
     check_benchmark,
     check_benchmark_refs,
     check_options,
+    load_yaml,
 )
 from flywheel.core.settings import (
     DEFAULT_LOOP_CRON,
@@ -171,9 +171,9 @@ def read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigurationError(f"no such file: {path}")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigurationError(f"{path} is not valid YAML: {exc}") from None
+        raw = load_yaml(path.read_text(), str(path)) or {}
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(f"{path} is not UTF-8 text: {exc}") from None
     if not isinstance(raw, dict):
         raise ConfigurationError(f"{path} must be a mapping of fields, got {type(raw).__name__}")
     return raw

@@ -11,12 +11,13 @@ PARENTS = ("default", "blocked", "ignored")
 
 @contextmanager
 def parent_sigterm(state: str) -> Iterator[None]:
-    """This thread's SIGTERM blocked, or the process's SIGTERM ignored, until the block ends."""
+    """SIGTERM in the state `state` names, whatever this process inherited, until the block ends: "default"
+    (default disposition, unblocked), "blocked" (default disposition, blocked in this thread: a SIGTERM raised
+    stays pending) or "ignored" (ignored, unblocked). Under a launcher that ignores SIGTERM, "blocked" without
+    resetting the disposition was blocked *and* ignored: a raised SIGTERM was discarded, not pending."""
     mask, handler = signal.pthread_sigmask(signal.SIG_BLOCK, ()), signal.getsignal(signal.SIGTERM)
-    if state == "blocked":
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    elif state == "ignored":
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN if state == "ignored" else signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_BLOCK if state == "blocked" else signal.SIG_UNBLOCK, {signal.SIGTERM})
     try:
         yield
     finally:

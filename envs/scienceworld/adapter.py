@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -99,9 +100,30 @@ def launch_jvm(java: str, java_opts: Sequence[str]) -> tuple[int, subprocess.Pop
     command = [java, "-classpath", classpath, *java_opts, "py4j.GatewayServer", "--die-on-broken-pipe", "0"]
     proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             cwd=BASEPATH, preexec_fn=clean_signals)
-    port = int(proc.stdout.readline())  # ValueError when java exits at once (a bad option)
+    line = proc.stdout.readline()  # empty when java ends before it listens
+    try:
+        port = int(line)
+    except ValueError:
+        try:
+            code = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # it printed something else and runs on: not a gateway
+            proc.kill()
+            code = proc.wait()
+        raise EnvError(f"The ScienceWorld JVM {jvm_ended(code, java_opts, at_start=True)}") from None
     OutputConsumer(open(os.devnull, "w"), proc.stdout, daemon=True).start()  # drained, as py4j does
     return port, proc
+
+
+def jvm_ended(code: int | None, java_opts: Sequence[str], *, at_start: bool = False) -> str:
+    """How a JVM ended, for an error: killed by a signal from outside, or exited (at start: failed to start)."""
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+        return (f"was killed by {name}{' while starting' if at_start else ''} (from outside this process: the "
+                "OOM killer, a kill, a container limit); restart the env")
+    if at_start:
+        return (f"failed to start: java exited with code {code} (java options {list(java_opts)}: a bad option, "
+                "or too little memory for the heap)")
+    return f"exited by itself (exit code {code}); restart the env"
 
 
 class _LaunchedPackageEnv(_PackageEnv):
@@ -207,8 +229,6 @@ class ScienceWorldEnv:
             self._sw: _LaunchedPackageEnv | None = _LaunchedPackageEnv(self._java, self.java_opts, step_limit)
         except Py4JError as exc:
             raise EnvError(f"Could not start the ScienceWorld JVM: {exc}") from exc
-        except ValueError as exc:  # py4j reads an empty port line when java exits at once (bad option)
-            raise EnvError(f"The ScienceWorld JVM exited at start (java options {self.java_opts}): {exc}") from exc
 
     # --- lifecycle -------------------------------------------------------------------
     @property
@@ -238,7 +258,7 @@ class ScienceWorldEnv:
         proc = self._sw.process
         if proc is None or proc.poll() is not None:
             code = proc.returncode if proc is not None else None
-            raise EnvError(f"ScienceWorld JVM exited (exit code {code}); restart the env")
+            raise EnvError(f"The ScienceWorld JVM {jvm_ended(code, self.java_opts)}")
         return self._sw.server
 
     def jvm_rss_bytes(self) -> int:

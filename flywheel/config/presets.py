@@ -31,6 +31,7 @@ RESULTS_DIR = PRESETS_DIR / "results"
 TOP_LEVEL = {"name", "description", "benchmark", "iterations", "model", "arms", "notes", "continue_on_empty_gate",
              "policy_backend", "compare", "replicates",
              *SECTIONS}
+MAX_ARMS = 64  # the largest shipped preset has 16; each arm's resources are built when the preset loads
 
 
 # -- presets ---------------------------------------------------------------------------------
@@ -116,6 +117,9 @@ def load_preset(name_or_path: str) -> Preset:
     arms_raw = raw.get("arms") or {"bpo": {}}
     if not isinstance(arms_raw, dict) or not arms_raw:
         raise ConfigurationError(f"{path}: arms must be a non-empty mapping name -> overrides")
+    if len(arms_raw) > MAX_ARMS:
+        raise ConfigurationError(f"{path}: {len(arms_raw)} arms, more than {MAX_ARMS}: split the preset into several "
+                                 "(each arm is a whole run with its own store)")
     arms: dict[str, dict[str, dict[str, Any]]] = {}
     for arm, overrides in arms_raw.items():
         overrides = overrides or {}

@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from envs import get_benchmark, known_benchmarks
 from envs.data import ENV_VAR as DATA_ENV_VAR
 from envs.data import MissingDataError, data_dir
@@ -155,3 +157,80 @@ def check_options(values: dict[str, Any], *, bounds: dict[str, Bound], names: di
             f"{shown('train_limit')} x {shown('samples_per_task')} = {tasks} x {samples} = {tasks * samples:,} rollout "
             f"episodes per iteration, more than the {MAX_EPISODES_PER_ITERATION:,} this machine can hold and play: "
             f"lower {shown('samples_per_task')} or {shown('train_limit')}.")
+
+
+# -- bounded YAML ------------------------------------------------------------------------------
+# Presets and profiles are small: the largest shipped one has ~330 nodes (every alias expanded) and nests 5
+# deep. A YAML bomb (anchors expanding to 10^9 elements in `notes` or `env_options`) or a 5,000-deep list
+# is refused before it is built, instead of hanging the run or ending in a RecursionError.
+YAML_MAX_NODES = 10_000  # scalars, lists and mappings of a document, every alias counted as what it expands to
+YAML_MAX_DEPTH = 16  # lists and mappings inside each other, aliases expanded
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """`yaml.SafeLoader` that stops composing at YAML_MAX_DEPTH levels or YAML_MAX_NODES nodes."""
+
+    def __init__(self, text: str, source: str) -> None:
+        super().__init__(text)
+        self.source, self.depth, self.nodes = source, 0, 0
+
+    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+        self.depth, self.nodes = self.depth + 1, self.nodes + 1
+        try:
+            if self.depth > YAML_MAX_DEPTH or self.nodes > YAML_MAX_NODES:
+                raise _too_big(self.source, self.nodes, self.depth)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
+def _too_big(source: str, nodes: int, depth: int) -> ConfigurationError:
+    what = (f"nests deeper than {YAML_MAX_DEPTH} levels" if depth > YAML_MAX_DEPTH
+            else f"has more than {YAML_MAX_NODES} YAML nodes")
+    return ConfigurationError(f"{source} {what} (aliases counted as what they expand to): a preset or profile is "
+                              "a few hundred plain fields; write them out without deep nesting or anchors")
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """`yaml.safe_load` of a preset or profile, bounded: more than YAML_MAX_NODES nodes or YAML_MAX_DEPTH levels,
+    counting each alias as what it expands to, or an alias inside itself, is a ConfigurationError naming
+    `source`, raised before anything is built."""
+    loader = _BoundedLoader(text, source)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expanded(node, source)
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        raise ConfigurationError(f"{source} is not valid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+
+
+def _check_expanded(root: yaml.Node, source: str) -> None:
+    """The size and depth `root` has with every alias expanded, computed once per distinct node (no expansion,
+    no recursion): over the bounds, or a node inside itself, is refused."""
+    done: dict[int, tuple[int, int]] = {}
+    open_: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, finished = stack.pop()
+        key = id(node)
+        if key in done:
+            continue
+        kids = ([n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode)
+                else list(node.value) if isinstance(node, yaml.SequenceNode) else [])
+        if finished:
+            open_.discard(key)
+            size = 1 + sum(done[id(k)][0] for k in kids)
+            depth = 1 + max((done[id(k)][1] for k in kids), default=0)
+            if size > YAML_MAX_NODES or depth > YAML_MAX_DEPTH:
+                raise _too_big(source, size, depth)
+            done[key] = (size, depth)
+            continue
+        if key in open_:
+            raise ConfigurationError(f"{source}: an alias refers to the node that contains it: write the values out")
+        open_.add(key)
+        stack.append((node, True))
+        stack.extend((k, False) for k in kids if id(k) not in done)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import random
 import re
 import time
@@ -164,6 +165,10 @@ STEP_COLUMNS = [
 
 def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
+
+
+log = logging.getLogger(__name__)
+SAY_WAIT_AFTER_S = 1.0  # a wait on another process's lock longer than this is said, once
 
 
 def _is_lock_error(exc: Exception) -> bool:
@@ -402,8 +407,9 @@ class Store:
     @contextmanager
     def _open(path: Path, *, read_only: bool, lock_timeout_s: float) -> Iterator[duckdb.DuckDBPyConnection]:
         """A connection to `path`, retried while another process holds DuckDB's file lock."""
-        deadline = time.monotonic() + lock_timeout_s
-        delay = 0.05
+        started = time.monotonic()
+        deadline = started + lock_timeout_s
+        delay, said = 0.05, False
         while True:
             try:
                 con = duckdb.connect(str(path), read_only=read_only)
@@ -411,7 +417,13 @@ class Store:
             except duckdb.IOException as exc:  # another process holds the write lock
                 if not _is_lock_error(exc):
                     raise
-                if time.monotonic() > deadline:
+                now = time.monotonic()
+                if not said and now - started >= SAY_WAIT_AFTER_S:  # once per wait, and not for a brief one
+                    said = True
+                    log.warning("store %s is locked by %s; waiting up to %.0f s more, then this write fails with "
+                                "StoreBusyError naming it (a retried step waits again). Close that connection or "
+                                "stop that process to go on now", path, _lock_holder(str(exc)), deadline - now)
+                if now > deadline:
                     raise StoreBusyError(
                         f"The store {path} stayed locked for {lock_timeout_s:.0f} s by "
                         f"{_lock_holder(str(exc))}. Close that connection (a notebook or `duckdb` shell left "

@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import dagster as dg
 
@@ -16,6 +17,7 @@ from flywheel.core.metrics import markdown_table, result_columns
 from flywheel.core.quality import wilson_interval
 from flywheel.core.store import Store
 from flywheel.definitions import build_defs
+from flywheel.orchestration.failures import FAIL_ONCE_TAG
 from flywheel.orchestration.partitions import run_max_iteration
 from flywheel.profile import Profile
 
@@ -24,8 +26,18 @@ log = logging.getLogger(__name__)
 QUIET = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
 
 
+# Exceptions no rerun can fix (the user changes something first); a full disk is one too (`disk_full`).
+NOT_RETRYABLE = frozenset({"ConfigurationError", "ModelNotFoundError", "MissingDataError", "ForeignStoreError",
+                           "NotRetryable", "TeacherRefused", "ArmFileError"})
+
+
 class StageFailed(RuntimeError):
-    pass
+    """A stage's run failed; the message ends with the user's exception (`root_cause`), and `retryable` says
+    whether a rerun can succeed as it is (not after a configuration error, a full disk, a teacher that refuses)."""
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
 
 
 class GateBlocked(StageFailed):
@@ -45,11 +57,48 @@ def run_stage(job: dg.JobDefinition, key: str, selection: Iterable[str], instanc
     names = [c.event_specific_data.check_name for c in bad_checks]
     genuine = [e for e in failed if not any(e.step_key.endswith(n) for n in names)]
     if genuine or (not result.success and not bad_checks):
-        reasons = "; ".join(str(e.event_specific_data.error.message).strip() for e in genuine if e.event_specific_data)
-        raise StageFailed(f"{job.name} {key} failed: {reasons or 'see the Dagster run log'}")
+        raise stage_failure(f"{job.name} {key}", genuine, result, instance)
     if bad_checks:
         raise GateBlocked(f"{job.name} {key}: blocking check(s) failed: {', '.join(names)}")
     return result
+
+
+def stage_failure(what: str, failed: list[dg.DagsterEvent], result: dg.ExecuteInProcessResult,
+                  instance: dg.DagsterInstance) -> StageFailed:
+    """StageFailed naming the user's exception of each failed step (else the run's first error) and whether a
+    rerun can fix it: not after `fail_once` tagged the run, an exception in NOT_RETRYABLE or a full disk."""
+    errors = [e.event_specific_data.error for e in failed if e.event_specific_data] or [
+        err for e in result.all_events if (err := getattr(e.event_specific_data, "error", None)) is not None][:1]
+    causes = [root_cause(err) for err in errors]
+    run = instance.get_run_by_id(result.run_id)
+    fail_once = run is not None and FAIL_ONCE_TAG in run.tags
+    full = any(disk_full(text) for _, text in causes)
+    reasons = "; ".join(text if cls == "Failure" else f"{cls}: {text}" for cls, text in causes)
+    if full:
+        reasons += (" (the disk is full: free space there, or point runs_dir elsewhere, and rerun; finished stages "
+                    "and recorded episodes are kept)")
+    retryable = not (fail_once or full or any(cls in NOT_RETRYABLE for cls, _ in causes))
+    return StageFailed(f"{what} failed: {reasons or 'see the Dagster run log'}", retryable=retryable)
+
+
+def root_cause(error: Any) -> tuple[str, str]:
+    """(type, message in one line) of the user's exception that a step failure wraps: the end of the error's
+    `cause` chain, past Dagster's DagsterExecutionStepExecutionError ("Error occurred while executing op ...")
+    and any exception the user's code raised `from` it. A `dg.Failure` (fail_once) keeps its description."""
+    while error is not None and error.cause is not None:
+        error = error.cause
+    if error is None:
+        return "Error", "see the Dagster run log"
+    text = " ".join(str(error.message).split())
+    head, sep, rest = text.partition(": ")
+    if sep and head.rsplit(".", 1)[-1] == error.cls_name:  # Dagster prefixes the message with the class
+        text = rest
+    return error.cls_name or "Error", text
+
+
+def disk_full(text: str) -> bool:
+    """An error text of a full disk (OSError errno 28, DuckDB's "No space left on device")."""
+    return "[Errno 28]" in text or "No space left on device" in text
 
 
 def run_flywheel(

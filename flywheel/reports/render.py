@@ -10,6 +10,7 @@ from typing import Any
 
 from flywheel.config.presets import Preset
 from flywheel.core.provenance import (
+    arm_file,
     write_arm,
 )
 from flywheel.reports.results import collect_results
@@ -294,13 +295,18 @@ def render_plots(results: dict[str, Any], out: Path) -> list[str]:
     return written
 
 
-def write_report(preset: Preset, *, runs: Path, results: Path) -> dict[str, Any]:
+def write_report(preset: Preset, *, runs: Path, results: Path, keep_committed: bool = False) -> dict[str, Any]:
     """Rebuild every local arm's committed results (arms/ARM.json), then results.json, report.md and the PNG
-    plots from all arms, local or committed (never writes a store)."""
+    plots from all arms, local or committed (never writes a store). `keep_committed` (`--report-only`): an arm
+    file already there is never rewritten (only a local arm without one gets its file)."""
     results.mkdir(parents=True, exist_ok=True)
     data = collect_results(preset, runs, results)
     records, local = data.pop("_records"), data.pop("_local")
     for arm in local:
+        if keep_committed and arm_file(results, arm).exists():
+            log.info("arm %s: kept its committed %s (a report never rewrites it; running the arm does)",
+                     arm, arm_file(results, arm))
+            continue
         write_arm(results, arm, {k: v for k, v in records[arm].items() if k != "origin"})
     data["runs_dir"] = str(runs)
     (results / "results.json").write_text(json.dumps(data, indent=2, default=str))

@@ -181,11 +181,12 @@ class OpenAICompatiblePolicy(PolicyResource):
     api_key: str = setting(dg.EnvVar("FLYWHEEL_POLICY_API_KEY"), sft0=False, help="the server's API key "
                            "($FLYWHEEL_POLICY_API_KEY)")
     concurrency: int = same_as(VLLMServerConfig, "concurrency")
+    request_timeout_s: float = same_as(VLLMServerConfig, "request_timeout_s")
 
     def generator(self, checkpoint_path: str, checkpoint_id: str) -> Generator:
         return OpenAICompatibleGenerator(
             base_url=self.base_url, model=self.served_model or checkpoint_path, api_key=self.api_key,
-            concurrency=self.concurrency,
+            concurrency=self.concurrency, request_timeout_s=self.request_timeout_s,
         )
 
 

@@ -1,6 +1,7 @@
 import dagster as dg
 
 from envs.base import BenchmarkSpec
+from flywheel.core.options import Bound
 from flywheel.core.store import Store
 from flywheel.resources.fields import setting
 from flywheel.teacher import OpenAITeacher, ScriptedTeacher, Teacher
@@ -34,7 +35,9 @@ class OpenAITeacherResource(TeacherResource):
     api_key: str = setting(dg.EnvVar("FLYWHEEL_TEACHER_API_KEY"), help="the key ($FLYWHEEL_TEACHER_API_KEY)")
     max_retries: int = setting(5, help="retries of a failed teacher request")
     backoff_s: float = setting(1.0, help="first wait between retries, seconds (doubles each retry)")
-    timeout_s: float = setting(120.0, help="seconds one teacher request may take")
+    timeout_s: float = setting(120.0, bound=Bound(1, 3600, integer=False), help="seconds one teacher request may "
+                               "take in all: connecting, the first byte and the whole answer, and its retries and "
+                               "waits between them (a slow or trickling endpoint is cut off there)")
 
     def build(self, spec: BenchmarkSpec, store: Store) -> Teacher:
         return OpenAITeacher(

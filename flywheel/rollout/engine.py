@@ -381,6 +381,8 @@ def _play(
         # ends after the answer it waits for, which the server's stop cuts short.
         stopped.set()
         pool.shutdown(wait=False, cancel_futures=True)
+        if (abandon := getattr(generator, "abandon", None)) is not None:
+            abandon()  # an OpenAI-compatible generator: the slot threads stop waiting on requests in flight
         raise
     pool.shutdown()
     for slot in slots:

@@ -18,6 +18,10 @@ class TeacherError(RuntimeError):
     """The teacher could not produce a usable annotation (after retries)."""
 
 
+class TeacherRefused(TeacherError):
+    """The endpoint refused the request (a 4xx other than 408/429: a wrong key, model or request): no retry helps."""
+
+
 class Teacher(Protocol):
     name: str  # recorded in metadata, e.g. "scripted" or "openai:gpt-4o"
 

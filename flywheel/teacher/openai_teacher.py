@@ -18,9 +18,10 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from flywheel.core.deadline import http_client
 from flywheel.core.redaction import Redactor, preview
 from flywheel.core.trajectory import Trajectory
-from flywheel.teacher.base import Annotation, TeacherError
+from flywheel.teacher.base import Annotation, TeacherError, TeacherRefused
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -73,8 +74,11 @@ class OpenAITeacher:
     ) -> None:
         from openai import OpenAI
 
-        # The client's own retries are off: ours are counted, logged and cached around.
-        self.client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_s)
+        # The client's own retries are off: ours are counted, logged and cached around, all within `timeout_s`
+        # (each request's total time: connect, first byte and whole answer, `flywheel.core.deadline`).
+        self.client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_s,
+                             http_client=http_client(timeout_s))
+        self.timeout_s = timeout_s
         self.model = model
         self.name = f"openai:{model}"
         self.cache = cache
@@ -97,10 +101,13 @@ class OpenAITeacher:
             except TeacherError:  # cached by an older version before parsing: ask again
                 log.warning("teacher: a cached answer did not parse; asking again")
         last: str = ""
+        deadline = time.monotonic() + self.timeout_s  # every attempt and wait of this request counts against it
+        refused = False
         for attempt in range(self.max_retries + 1):
             try:
                 resp = self.client.chat.completions.create(
-                    model=self.model, messages=messages, temperature=self.temperature
+                    model=self.model, messages=messages, temperature=self.temperature,
+                    timeout=max(deadline - time.monotonic(), 0.001),
                 )
                 text = self.redact(_content(resp))
                 if len(text) > MAX_ANSWER_CHARS:
@@ -115,11 +122,18 @@ class OpenAITeacher:
             except Exception as exc:  # noqa: BLE001 - classify, then retry or raise
                 last = self.redact.exception(exc)
                 retry = _retryable(exc)
+                refused = getattr(exc, "status_code", None) is not None and not retry
+            delay = self.backoff_s * (2**attempt)
             if not retry or attempt == self.max_retries:
                 break
-            delay = self.backoff_s * (2**attempt)
+            if time.monotonic() + delay >= deadline:
+                last += f" (no time left for a retry within timeout_s {self.timeout_s:g} s)"
+                break
             log.warning("teacher call failed (%s); retry %d in %.1fs", last[:200], attempt + 1, delay)
             self.sleep(delay)
+        if refused:  # a 4xx other than 408/429: the request, key or model is wrong, and asking again cannot help
+            raise TeacherRefused(f"teacher endpoint refused the request: {last}. Fix the teacher's base_url, "
+                                 "model or key ($FLYWHEEL_TEACHER_API_KEY); a retry cannot change this") from None
         raise TeacherError(
             f"teacher endpoint failed after {attempt + 1} attempt(s): {last}. "
             "Answers already received stay cached."

@@ -8,6 +8,7 @@
 (c) A DuckDB file of another schema is refused before a single table or row is added.
 """
 
+import logging
 import subprocess
 import sys
 import time
@@ -71,6 +72,23 @@ def test_busy_store_names_the_process_holding_it(tmp_path):
         holder.kill()
         holder.wait()
     Store(path, lock_timeout_s=5.0)  # free again once the holder is gone
+
+
+def test_a_writer_waiting_on_another_process_says_so_once_naming_it(tmp_path, caplog):
+    """Before: a writer blocked by another process's lock waited in silence until the lock timeout."""
+    path = tmp_path / "fw.duckdb"
+    Store(path)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        with caplog.at_level(logging.WARNING, logger="flywheel.core.store"), pytest.raises(StoreBusyError):
+            Store(path, lock_timeout_s=4.0)
+    finally:
+        holder.kill()
+        holder.wait()
+    said = [r.getMessage() for r in caplog.records if "is locked by" in r.getMessage()]
+    assert len(said) == 1, said
+    assert f"process {holder.pid}" in said[0] and "then this write fails with StoreBusyError" in said[0]
 
 
 def test_foreign_schema_is_refused_before_anything_is_written(tmp_path):

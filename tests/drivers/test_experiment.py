@@ -18,6 +18,7 @@ from flywheel.cli import main
 from flywheel.config.methods import method_stages
 from flywheel.config.presets import load_preset
 from flywheel.config.validation import ConfigurationError
+from flywheel.core.provenance import CHECKSUM, arm_file
 from flywheel.core.quality import mcnemar_exact_p, paired_difference
 from flywheel.core.store import Store
 from flywheel.drivers.experiment import run_experiment
@@ -109,6 +110,18 @@ def test_mini_preset_end_to_end_report_matches_store(tmp_path, capsys):
                  "--report-only"]) == 0
     assert json.loads((tmp_path / "r2" / "results.json").read_text())["arms"] == data["arms"]
     assert (runs / "bpo" / "flywheel.duckdb").stat().st_mtime == before
+    # The runner signed the arm file; --report-only never rewrites a committed one, even one that the store's
+    # record would change (here: edited, then re-signed on purpose).
+    committed = arm_file(results, "bpo")
+    edited = json.loads(committed.read_text())
+    assert edited.pop(CHECKSUM)
+    edited["provenance"]["hosts"] = ["elsewhere"]
+    committed.write_text(json.dumps(edited))
+    assert main(["resign-arm", str(committed)]) == 0
+    signed = committed.read_text()
+    assert main(["experiment", str(preset), "--runs-dir", str(runs), "--results-dir", str(results),
+                 "--report-only"]) == 0
+    assert committed.read_text() == signed
 
 
 def test_killed_experiment_resumes_without_redoing_stages(tmp_path):

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from flywheel.config.presets import load_preset
-from flywheel.core.provenance import weights_sha256
+from flywheel.core.provenance import resign_arm, weights_sha256
 from flywheel.policy.sft import TrainConfig, examples_never_trained, planned_steps
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,6 +76,7 @@ def test_arms_from_separate_runs_folders_and_processes_merge_and_k0_is_checked(t
     # A recorded k=0 that this machine does not reproduce: refused in one line, exit 2, before any rollout.
     a["provenance"]["k0_weights_sha256"] = "0" * 64
     (results / "arms" / "a.json").write_text(json.dumps(a))
+    resign_arm(results / "arms" / "a.json")  # as if recorded so elsewhere (an edit is refused unless re-signed)
     third = _experiment(preset, tmp_path / "runs3", results, "--arms", "b")
     assert third.returncode == 2 and "differ from the recorded ones" in third.stderr and "--accept-k0-drift" in third.stderr
     assert "Traceback" not in third.stderr

@@ -9,6 +9,7 @@ repository; `export --benchmark ../../x` wrote outside --out; export into a used
 """
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,37 @@ def test_profile_fields_of_the_wrong_type_or_out_of_bounds(tmp_path, capsys):
     refused(capsys, ["--profile", str(prof), "report"], "runs_dir must be a non-empty string, got 5")
     prof.write_text(yaml.safe_dump({"runs_dir": str(tmp_path / "r"), "policy": {"max_new_tokens": 0}}))
     refused(capsys, ["--profile", str(prof), "report"], "policy.max_new_tokens must be")
+
+
+# A billion laughs in free-form fields: 9 levels of 10 aliases each expand to 10^9 strings.
+BOMB = "".join(f"x{i}: &x{i} [" + ", ".join([f"*x{i - 1}" if i else "lol"] * 10) + "]\n" for i in range(9))
+DEEP = "[" * 5000 + "]" * 5000
+
+
+@pytest.mark.parametrize("text, needle", [
+    (BOMB + "notes: *x8\n", "has more than 10000 YAML nodes"),
+    (BOMB + "envs: {env_options: {webshop: {x: *x8}}}\n", "has more than 10000 YAML nodes"),
+    (f"envs: {{env_options: {{webshop: {{deep: {DEEP}}}}}}}\n", "nests deeper than 16 levels"),
+    ("notes: &n [*n]\n", "an alias refers to the node that contains it"),
+], ids=["bomb-in-notes", "bomb-in-env-options", "5000-deep", "alias-cycle"])
+@pytest.mark.timeout(120)  # before: the bombs hung the run, the deep list was a 2,992-line RecursionError
+def test_yaml_bombs_and_deep_nesting_are_refused_at_once(tmp_path, capsys, text, needle):
+    path = tmp_path / "preset.yaml"
+    path.write_text(yaml.safe_dump(MINI) + text)
+    started = time.monotonic()
+    refused(capsys, ["experiment", str(path), "--runs-dir", str(tmp_path / "r"), "--report-only"], str(path), needle)
+    prof = tmp_path / "profile.yaml"
+    prof.write_text(text)
+    refused(capsys, ["--profile", str(prof), "report"], str(prof), needle)
+    assert time.monotonic() - started < 20 and not (tmp_path / "r").exists()
+
+
+@pytest.mark.timeout(120)
+def test_the_arm_count_is_bounded(tmp_path, capsys):
+    started, runs = time.monotonic(), ["--runs-dir", str(tmp_path / "r"), "--report-only"]
+    refused(capsys, ["experiment", preset(tmp_path, arms={f"a{i}": {} for i in range(65)}), *runs], "65 arms, more than 64")
+    refused(capsys, ["experiment", preset(tmp_path, arms={f"a{i}": {} for i in range(10_000)}), *runs], "YAML nodes")
+    assert time.monotonic() - started < 20  # 10,000 arms built their resources for about 12 minutes
 
 
 @pytest.mark.parametrize("flag, value", [("--samples", "1e6"), ("--samples", "nan"), ("--train-tasks", "abc"),

@@ -25,7 +25,7 @@ from envs.scienceworld import (
     make_task,
     normalize_action,
 )
-from envs.scienceworld.adapter import find_java
+from envs.scienceworld.adapter import find_java, jvm_ended
 from envs.scienceworld.tasks import resolve_task_name, task_names
 from tests.signal_support import parent_sigterm, sigterm_state
 
@@ -105,8 +105,27 @@ def test_missing_java_says_install_java_17(monkeypatch):
 
 
 def test_bad_java_option_is_a_clear_env_error():
-    with pytest.raises(EnvError, match="exited at start"):
+    with pytest.raises(EnvError, match="failed to start: java exited with code 1"):
         ScienceWorldEnv(java_opts=["-XX:+NoSuchOption"])
+
+
+@pytest.mark.parametrize("script, said", [
+    ("kill -9 $$", "was killed by SIGKILL while starting (from outside this process"),
+    ("exit 3", "failed to start: java exited with code 3 (java options"),
+])
+def test_a_jvm_killed_from_outside_is_not_reported_as_a_failed_start(tmp_path, script, said):
+    """Before: a JVM killed from outside while it started was reported as "exited at start (java options ...)"."""
+    java = tmp_path / "java"
+    java.write_text(f"#!/bin/sh\n{script}\n")
+    java.chmod(0o755)
+    with pytest.raises(EnvError) as info:
+        ScienceWorldEnv(java_path=str(java))
+    assert said in str(info.value)
+
+
+def test_a_jvm_that_died_mid_run_says_whether_it_was_killed():
+    assert jvm_ended(-9, []).startswith("was killed by SIGKILL (from outside")
+    assert jvm_ended(1, []) == "exited by itself (exit code 1); restart the env"
 
 
 # --- prompts ----------------------------------------------------------------------------

@@ -10,6 +10,7 @@ FLYWHEEL_TEACHER_API_KEY) against the local stub server:
 """
 
 import json
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -17,8 +18,11 @@ import pytest
 from dagster._serdes import serialize_value
 
 from flywheel.core.store import Store
+from flywheel.definitions import build_defs
+from flywheel.drivers.pipeline import StageFailed, run_stage
+from flywheel.resources import OpenAITeacherResource, StoreResource
 from tests.helpers import answer, experts, failure_message, files_containing, materialize_teacher
-from tests.openai_stub import StubServer
+from tests.openai_stub import StalledServer, StubServer
 
 SECRET = "sk-flywheel-TEST-5f3a9c1e7b2d4a60"
 BENCH = "scienceworld"
@@ -102,3 +106,21 @@ def test_unusable_answers_are_never_cached_but_asked_again(tmp_path):
         with pytest.raises(TeacherError, match="no tasks here"):
             teacher.propose_tasks(benchmark=BENCH, instructions="i", schema="s", seeds=[], candidates=[], n=2)
     assert db.query("SELECT count(*) FROM teacher_cache").item() == 1
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["trickle", "hang"])
+def test_a_stage_on_a_stalled_teacher_ends_within_its_timeout_naming_the_cause(tmp_path, monkeypatch, mode):
+    """Before: the teacher's per-read timeout let an endpoint trickling a byte every 2 s hold one request for 150 s
+    against `timeout_s: 5`, and the stage's last line was Dagster's "Error occurred while executing op"."""
+    monkeypatch.setenv("FLYWHEEL_TEACHER_API_KEY", SECRET)
+    Store(tmp_path / "fw.duckdb").write_trajectories(experts())
+    with StalledServer(mode) as srv, dg.instance_for_test() as instance:
+        teacher = OpenAITeacherResource(base_url=srv.base_url, model="stub-model", timeout_s=2.0, max_retries=5)
+        defs = build_defs({"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "teacher": teacher})
+        started = time.monotonic()
+        with pytest.raises(StageFailed) as info:
+            run_stage(defs.resolve_job_def("bootstrap_job"), BENCH, ["teacher_quaternions"], instance)
+        assert time.monotonic() - started < 30  # the first trajectory's request: 2 s, retries included
+    assert "TeacherError: teacher endpoint failed after 1 attempt(s): APITimeoutError" in str(info.value)
+    assert info.value.retryable and SECRET not in str(info.value)

@@ -4,7 +4,7 @@ import pytest
 
 from flywheel.core.store import Store
 from flywheel.teacher import OpenAITeacher, ScriptedTeacher, TeacherError
-from flywheel.teacher.base import apply_annotations
+from flywheel.teacher.base import TeacherRefused, apply_annotations
 from tests.fakes import make_traj
 from tests.openai_stub import StubServer
 
@@ -99,7 +99,7 @@ def test_openai_teacher_gives_up_with_clear_error_and_no_secret(tmp_path):
 def test_openai_teacher_does_not_retry_client_errors():
     with StubServer([(400, "bad request")]) as srv:
         teacher = OpenAITeacher(base_url=srv.base_url, model="m", api_key="k", sleep=lambda s: None)
-        with pytest.raises(TeacherError):
+        with pytest.raises(TeacherRefused, match="refused the request"):  # exit 2 in the CLI: no retry helps
             teacher.annotate(make_traj(n=2), "instr")
         assert len(srv.requests) == 1
 
