@@ -4,7 +4,8 @@ Downstream of every `evaluation(b, k)`; its metadata holds the per-iteration tab
 (`MetadataValue.table`: success per split with 95% Wilson intervals, average reward, tokens per
 step, new unique successes, gated total, train loss), the chart (a PNG written beside the store,
 embedded in a markdown entry and linked by path) and a few key floats for Dagster's own plots.
-The numbers come from the store (`flywheel.reports.dashboard`), so it can be re-materialized at any time.
+The numbers come from the store (`flywheel.reports.dashboard`), opened read-only, so it can be re-materialized at any
+time; a store with no evaluation of the benchmark fails, naming the store, instead of showing an empty success.
 """
 
 import base64
@@ -14,9 +15,9 @@ import dagster as dg
 
 from flywheel.assets._common import metadata_table, rounded
 from flywheel.assets.evaluation import evaluation
-from flywheel.orchestration.failures import fails_once
+from flywheel.orchestration.failures import fail_once, fails_once
 from flywheel.orchestration.partitions import benchmark_partitions, by_benchmark
-from flywheel.reports.dashboard import columns, key_metrics, render_chart, summary_rows
+from flywheel.reports.dashboard import columns, key_metrics, render_chart, summary_rows, table_rows
 from flywheel.resources import StoreResource
 
 
@@ -32,22 +33,37 @@ from flywheel.resources import StoreResource
 @fails_once
 def flywheel_summary(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
     benchmark = context.partition_key
-    db = store.get()
+    db = _reader(context, store, benchmark)
+    if benchmark not in db.evaluated_benchmarks():
+        fail_once(context, f"flywheel_summary {benchmark}: the store {db.path} holds no evaluation of {benchmark}: "
+                  f"materialize evaluation for {benchmark} first (iteration_job), or point the store resource at the "
+                  "store that has them (after `make demo`: runs/demo/flywheel.duckdb)",
+                  metadata={"store": dg.MetadataValue.path(str(db.path))})
     rows, splits = summary_rows(db, benchmark)
-    if not rows:
-        context.log.warning(f"flywheel_summary {benchmark}: the store {db.path} holds no checkpoint, gate or "
-                            "evaluation of this benchmark yet: run bootstrap_job and iteration_job first")
-        return dg.MaterializeResult(metadata={"iterations": 0, "store": dg.MetadataValue.path(str(db.path)),
-                                              "status": "empty: nothing evaluated yet"})
     chart = render_chart(rows, splits, Path(db.path).parent / "dashboard" / f"{benchmark}_summary.png",
                          title=benchmark)
     png = base64.b64encode(chart.read_bytes()).decode("ascii")
     metadata: dict[str, object] = {
-        "summary": metadata_table(rows, columns(splits)),
+        "summary": metadata_table(table_rows(rows, splits), columns(splits)),
         "chart": dg.MetadataValue.md(f"![{benchmark}: success by iteration](data:image/png;base64,{png})"),
         "chart_path": dg.MetadataValue.path(str(chart)),
+        "store": dg.MetadataValue.path(str(db.path)),
         "iterations": len(rows),
         "splits": ", ".join(splits),
         **key_metrics(rows, splits),
     }
+    empty = [r["k"] for r in rows if r["gate_verdict"] and r["gate_verdict"].startswith("empty")]
+    if empty:
+        metadata["warning"] = f"empty reward gate at k = {', '.join(map(str, empty))}: the next checkpoint trained " \
+                              "on the earlier data only"
     return dg.MaterializeResult(metadata=rounded(metadata))
+
+
+def _reader(context: dg.AssetExecutionContext, store: StoreResource, benchmark: str):
+    """The store, read-only; a missing file fails naming it (nothing is created)."""
+    try:
+        return store.reader()
+    except FileNotFoundError:
+        fail_once(context, f"flywheel_summary {benchmark}: no store at {store.path}: run the flywheel (make demo, or "
+                  "bootstrap_job and iteration_job) first, or point the store resource's path at the store that has "
+                  "its evaluations")

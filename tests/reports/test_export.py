@@ -118,3 +118,23 @@ def test_paper_without_stores_says_where_it_looked(tmp_path, monkeypatch, capsys
     err = capsys.readouterr().err
     assert "no experiment store or committed arm results found" in err and str(tmp_path / "runs" / "experiments" / "cpu-scienceworld-quick") in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "paper").exists()
+
+
+def test_report_gives_prompt_tokens_per_split_and_one_row_per_iteration(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    db = Store(runs / "flywheel.duckdb")
+    for split, tokens in (("seen", 300.0), ("unseen", 450.0)):
+        db.write_evaluation({"benchmark": "webshop", "iteration": 0, "split": split, "checkpoint_id": "w0",
+                             "episodes": 4, "success_rate": 0.25, "prompt_tokens_per_step": tokens})
+    db.record_checkpoint({"checkpoint_id": "w0", "benchmark": "webshop", "iteration": 0, "path": "/nowhere",
+                          "n_examples": 8, "train_loss": 1.25, "lineage": {"train_steps": 6}})
+    db.write_gated("webshop", 0, [], candidates=8)
+    db.record_gate_stats("webshop", 0, candidates=8, new_unique_successes=0, gated_total=0, capped_dropped=0)
+    assert main(["report", "--runs-dir", str(runs), "--benchmark", "webshop"]) == 0
+    header, _, row = capsys.readouterr().out.strip().splitlines()
+    cells = dict(zip([c.strip() for c in header.strip("|").split("|")], [c.strip() for c in row.strip("|").split("|")],
+                     strict=True))
+    assert cells["seen prompt tok/step"] == "300.0" and cells["unseen prompt tok/step"] == "450.0"
+    assert cells["seen success % [95% CI] (s/n)"].endswith("(1/4)")
+    assert cells["gate admitted/candidates"] == "0/8" and cells["gate verdict"].startswith("empty")
+    assert cells["train loss"] == "1.2500" and cells["train steps"] == "6"
