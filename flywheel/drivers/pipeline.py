@@ -48,7 +48,21 @@ def run_stage(job: dg.JobDefinition, key: str, selection: Iterable[str], instanc
         raise StageFailed(f"{job.name} {key} failed: {reasons or 'see the Dagster run log'}")
     if bad_checks:
         raise GateBlocked(f"{job.name} {key}: blocking check(s) failed: {', '.join(names)}")
+    for warning in empty_gate_warnings(result):
+        log.warning("%s", warning)
     return result
+
+
+def empty_gate_warnings(result: dg.ExecuteInProcessResult) -> list[str]:
+    """The labelled warnings of a run's empty gates: the gate check's WARN (loop.continue_on_empty_gate)."""
+    out = []
+    for e in result.all_events:
+        data = e.event_specific_data if e.event_type_value == "ASSET_CHECK_EVALUATION" else None
+        if data is not None and data.check_name == "gated_dataset_is_usable" and not data.passed \
+                and data.severity == dg.AssetCheckSeverity.WARN:
+            entry = data.metadata.get("warning")
+            out.append(str(entry.value) if entry is not None else f"empty reward gate ({e.partition})")
+    return out
 
 
 def run_flywheel(
@@ -90,7 +104,8 @@ def run_flywheel(
         log.info("== iteration %d: %s", k, "SFT, rollouts, reward gate, evaluation" if k < iterations
                  else "SFT on seeds + gated successes, evaluation")
         try:
-            run_stage(defs.resolve_job_def(f"{job_for(stages[0][0])}_job"), key, selection, instance)
+            result = run_stage(defs.resolve_job_def(f"{job_for(stages[0][0])}_job"), key, selection, instance)
+            empty_gates += empty_gate_warnings(result)
         except GateBlocked as exc:
             if not continue_on_empty_gate or k == iterations:
                 raise
