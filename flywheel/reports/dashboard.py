@@ -144,7 +144,7 @@ def report_table(db: Store, benchmark: str) -> str:
         row["gate admitted/candidates"] = "-" if gate is None else f"{r['new_unique_successes']}/{gate}"
         row["gate verdict"] = r["gate_verdict"] or "-"
         row["train loss"] = _round(r["train_loss"], 4)
-        row["train steps"] = r["train_steps"]
+        row["train steps"] = "-" if r["train_steps"] is None else r["train_steps"]
         out.append(row)
     cols = (["checkpoint"] + [f"{s} {what}" for s in splits for what in ("success % [95% CI] (s/n)", "reward",
                                                                          "prompt tok/step")]
