@@ -1,8 +1,8 @@
 """The flywheel dashboard in the Dagster UI: `flywheel_summary(b)`, one per benchmark.
 
 Downstream of every `evaluation(b, k)`; its metadata holds the per-iteration table
-(`MetadataValue.table`: success per split with 95% Wilson intervals, average reward, tokens per
-step, new unique successes, gated total, train loss), the chart (a PNG written beside the store,
+(`MetadataValue.table`: success per split in percent with 95% Wilson intervals and successes/n, the gate's
+candidates, admissions and verdict, gated total, train loss and steps), the chart (a PNG written beside the store,
 embedded in a markdown entry and linked by path) and a few key floats for Dagster's own plots.
 The numbers come from the store (`flywheel.reports.dashboard`), opened read-only, so it can be re-materialized at any
 time; a store with no evaluation of the benchmark fails, naming the store, instead of showing an empty success.
@@ -26,9 +26,10 @@ from flywheel.resources import StoreResource
     group_name="dashboard",
     deps=[dg.AssetDep(evaluation, partition_mapping=by_benchmark)],
     kinds={"duckdb", "matplotlib"},
-    description="The flywheel dashboard of one benchmark: per iteration k, success on each evaluation split "
-    "with 95% Wilson intervals, average reward, tokens per step, new unique gated successes and the gated "
-    "total, as a table and a chart. Materialize it (summary_job) after evaluations to refresh it.",
+    description="The flywheel dashboard of one benchmark: one row per iteration k with success on each evaluation "
+    "split in percent (95% Wilson interval, successes/n), the reward gate's candidates, admissions and verdict, the "
+    "gated total, the train loss and steps, as a table and a chart. Reads the store only; fails, naming the store, "
+    "when it holds no evaluation. Materialize it (summary_job) after evaluations to refresh it.",
 )
 @fails_once
 def flywheel_summary(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:

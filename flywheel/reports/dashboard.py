@@ -1,10 +1,11 @@
 """The flywheel dashboard of one benchmark: a row per iteration k and a chart, from the store.
 
-Plain code (no Dagster): `flywheel.assets.summary.flywheel_summary` shows it in the UI;
-the rows are what `python -m flywheel.cli report` would need too. Per k:
-success on each evaluation split with its 95% Wilson interval (n = episodes, errored ones
-excluded, as in `evaluations`), average reward, tokens per step, what the reward gate added
-(new unique successes) and holds in total, and the checkpoint's train loss.
+Plain code (no Dagster), reading the store only: `flywheel.assets.summary.flywheel_summary` shows it in the UI
+and `python -m flywheel.cli report` prints the same rows (`report_table`; `paper_table` for `report --paper`).
+Per k: success on each evaluation split in percent with its 95% Wilson interval and successes/n (n =
+episodes, errored ones excluded, as in `evaluations`; nothing over 0 episodes), average reward and prompt
+tokens per step per split, what the reward gate saw, admitted and decided, the gated total, the checkpoint's
+train loss and steps, and the loop's decision.
 """
 
 from __future__ import annotations
