@@ -53,11 +53,19 @@ def flywheel_summary(context: dg.AssetExecutionContext, store: StoreResource) ->
         "splits": ", ".join(splits),
         **key_metrics(rows, splits),
     }
-    empty = [r["k"] for r in rows if r["gate_verdict"] and r["gate_verdict"].startswith("empty")]
-    if empty:
-        metadata["warning"] = f"empty reward gate at k = {', '.join(map(str, empty))}: the next checkpoint trained " \
-                              "on the earlier data only"
+    if warning := empty_gates_warning(rows):
+        metadata["warning"] = warning
     return dg.MaterializeResult(metadata=rounded(metadata))
+
+
+def empty_gates_warning(rows: list[dict]) -> str:
+    """What the empty gates meant: the checkpoint after each trained on the earlier data only, or the loop stopped."""
+    trained = {r["k"] for r in rows if r["checkpoint_id"]}
+    empty = [r["k"] for r in rows if (r["gate_verdict"] or "").startswith("empty")]
+    parts = [f"checkpoint k={k + 1} trained on the earlier data only" if k + 1 in trained
+             else f"no checkpoint k={k + 1} (the loop stops at an empty gate unless loop.continue_on_empty_gate)"
+             for k in empty]
+    return f"empty reward gate at k = {', '.join(map(str, empty))}: {'; '.join(parts)}" if empty else ""
 
 
 def _reader(context: dg.AssetExecutionContext, store: StoreResource, benchmark: str):

@@ -36,7 +36,7 @@ def gate_verdict(gate: dict[str, Any] | None, check: dict[str, Any] | None) -> s
     if gate is None:
         return None
     if not int(gate["new_unique_successes"] or 0):
-        return f"empty: admitted 0 of {int(gate['candidates'] or 0)} rollouts (k+1 trains on k's data only)"
+        return f"empty: admitted 0 of {int(gate['candidates'] or 0)} rollouts"
     if check is None:
         return "not checked"
     return "passed" if check["passed"] else f"failed: {check['first_problem']}"

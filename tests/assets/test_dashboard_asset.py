@@ -59,4 +59,4 @@ def test_one_row_per_iteration_in_percent_with_the_gate_and_the_training(tmp_pat
     assert rows[0]["gate_verdict"].startswith("empty: admitted 0 of 8")
     assert rows[0]["train_loss"] == 1.5 and rows[1]["train_steps"] == 7
     assert meta["latest_seen_success_pct"].value == 50.0 and meta["best_unseen_success_pct"].value == 10.0
-    assert "empty reward gate at k = 0" in meta["warning"].value
+    assert meta["warning"].value == "empty reward gate at k = 0: checkpoint k=1 trained on the earlier data only"
