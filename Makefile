@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 MODEL  := .cache/models/smollm2-135m
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 
-.PHONY: install model demo experiment test test-slow bench ui lint clean
+.PHONY: install model demo experiment test test-slow bench ui tensorboard lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -60,6 +60,11 @@ bench: install model
 
 ui: install $(DAGSTER_HOME)/dagster.yaml
 	$(VENV)/bin/dagster dev -h 127.0.0.1 -w workspace.yaml
+
+# Every checkpoint's loss curve (policy.report_to: tensorboard writes <checkpoint>/logs/) under RUNS (default runs).
+RUNS ?= runs
+tensorboard: install
+	$(VENV)/bin/tensorboard --logdir $(RUNS) --host 127.0.0.1 --port 6006
 
 lint: install
 	$(VENV)/bin/ruff check flywheel envs tests benchmarks

@@ -372,9 +372,10 @@ def _existing_store(args: argparse.Namespace) -> Path:
     candidates = [Path(args.runs_dir)] if args.runs_dir else [root / "demo", root]
     for folder in candidates:
         if (folder / "flywheel.duckdb").is_file():
-            from flywheel.core.store import check_store
+            from flywheel.core.store import READER_WAIT_S, check_store
 
-            check_store(folder / "flywheel.duckdb")  # read whole, read-only: a damaged store is refused here
+            # Read whole, read-only: a damaged store is refused here; a writer holding it is named at once.
+            check_store(folder / "flywheel.duckdb", lock_timeout_s=READER_WAIT_S)
             return folder / "flywheel.duckdb"
     raise ConfigurationError(
         f"no store (flywheel.duckdb) in {' or '.join(str(c) for c in candidates)}: run `make demo` or the Dagster "
@@ -383,10 +384,10 @@ def _existing_store(args: argparse.Namespace) -> Path:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from flywheel.core.store import Store
-    from flywheel.drivers.pipeline import paper_table, results_table
+    from flywheel.reports.dashboard import paper_table, report_table
 
     path = _existing_store(args)
-    store = Store(path)
+    store = Store.reader(path)  # read-only: the file's bytes never change
     print(f"store: {path}", file=sys.stderr)
     evaluated = store.evaluated_benchmarks()
     if args.benchmark is None:  # the profile's benchmark: its first one that has evaluations
@@ -404,7 +405,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.paper:
         print(paper_table(store, metric=args.metric))
     else:
-        print(results_table(store, args.benchmark))
+        print(report_table(store, args.benchmark))
     return 0
 
 
@@ -510,7 +511,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     path = _existing_store(args)
     out = check_writable_dir(Path(args.out), "--out")
-    store = Store(path)
+    store = Store.reader(path)  # read-only: the file's bytes never change
     known = sorted(set(store.trajectory_benchmarks()) | set(profile_of(args).benchmarks))
     for b in args.benchmark or ():  # it names a folder under --out
         if b not in known:

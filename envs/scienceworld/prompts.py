@@ -80,7 +80,9 @@ def normalize_action(raw: str) -> str:
 
 
 def _the(obj: str) -> str:
-    obj = obj.strip()
+    # ScienceWorld names some objects with a word twice ("baby baby dragonfly"): the action keeps it, the prose
+    # says it once ("the baby dragonfly").
+    obj = re.sub(r"\b([a-z]+)(?: \1\b)+", r"\1", obj.strip())
     return obj if re.match(r"^(the|a|an|some)\s", obj) else f"the {obj}"
 
 

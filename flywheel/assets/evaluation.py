@@ -73,16 +73,26 @@ def evaluation(
         by_bucket = success_by_bucket(outcomes, buckets)
         write_eval_buckets(db, benchmark, k, split, by_bucket, ckpt["checkpoint_id"])
         bucket_rows += [{"split": split, "gold_length": _range(r["lo"], r["hi"]), **r} for r in by_bucket]
-    metadata: dict[str, object] = {"checkpoint_id": ckpt["checkpoint_id"], "table": metadata_table(rows, COLUMNS)}
-    for r in rows:
-        metadata[f"{r['split']}_success_rate"] = float(r["success_rate"])
-        metadata[f"{r['split']}_avg_reward"] = float(r["avg_reward"])
-    metadata["buckets"] = buckets.describe()
-    metadata["success_by_bucket"] = metadata_table(bucket_rows, BUCKET_COLUMNS)
-    for r in bucket_rows:
-        metadata[f"{r['split']}_{r['bucket']}_success_rate"] = float(r["success_rate"])
-        metadata[f"{r['split']}_{r['bucket']}_episodes"] = int(r["episodes"])
+    metadata: dict[str, object] = {"checkpoint_id": ckpt["checkpoint_id"], "table": metadata_table(rows, COLUMNS),
+                                   "buckets": buckets.describe(),
+                                   "success_by_bucket": metadata_table(bucket_rows, BUCKET_COLUMNS),
+                                   **rate_entries(rows, bucket_rows)}
     return dg.MaterializeResult(metadata=rounded(metadata))
+
+
+def rate_entries(rows: list[dict], bucket_rows: list[dict]) -> dict[str, float | int]:
+    """The floats Dagster plots per materialization: success and reward per split, success per complexity bucket,
+    with each bucket's episodes. A rate over 0 episodes is left out (Dagster would plot it as a real 0)."""
+    out: dict[str, float | int] = {}
+    for r in rows:
+        if r.get("episodes"):
+            out[f"{r['split']}_success_rate"] = float(r["success_rate"])
+            out[f"{r['split']}_avg_reward"] = float(r["avg_reward"])
+    for r in bucket_rows:
+        if r["episodes"]:
+            out[f"{r['split']}_{r['bucket']}_success_rate"] = float(r["success_rate"])
+        out[f"{r['split']}_{r['bucket']}_episodes"] = int(r["episodes"])
+    return out
 
 
 def eval_tag(checkpoint_id: str, cfg: object) -> str:

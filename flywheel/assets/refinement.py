@@ -16,7 +16,7 @@ import dagster as dg
 from flywheel.assets._common import metadata_table, progress_logger, rounded
 from flywheel.assets.training import gated_trajectories, sft_checkpoint
 from flywheel.config.validation import check_options
-from flywheel.core.gate import dataset_problems, reward_gate, without_invalid_steps
+from flywheel.core.gate import EMPTY_PROBLEM, dataset_problems, reward_gate, without_invalid_steps
 from flywheel.core.metrics import summarize
 from flywheel.core.prompting import writes_plans
 from flywheel.core.sampling import (
@@ -130,7 +130,8 @@ def gated_dataset(context: dg.AssetExecutionContext, store: StoreResource, loop:
     gated_total = len(earlier) + len(passed)
     db.record_gate_stats(benchmark, k, candidates=stats.candidates, new_unique_successes=len(passed),
                          gated_total=gated_total, capped_dropped=capped)
-    return dg.MaterializeResult(metadata=rounded({
+    empty = {} if passed else {"warning": f"empty: admitted 0 of {stats.candidates} rollouts"}
+    return dg.MaterializeResult(metadata=rounded({**empty,
         "candidates": stats.candidates, "passed": len(passed), "failed": stats.failed,
         "errored": stats.errored, "duplicates_dropped": stats.duplicates,
         "capped_dropped": capped, "max_gated_per_task": loop.max_gated_per_task or "none",
@@ -149,7 +150,8 @@ def gated_dataset_check(partitions_def: dg.PartitionsDefinition) -> dg.AssetChec
     """The blocking gate check over `partitions_def` (a check's partitions must be its asset's: build_defs
     passes the profile's)."""
     return dg.asset_check(asset=gated_dataset, name=GATE_CHECK.name, partitions_def=partitions_def,
-                          blocking=True, description="Gated dataset is non-empty and well-formed")(check_gated_dataset)
+                          blocking=True, description="Gated dataset is non-empty and well-formed (an empty one is a "
+                          "WARN when loop.continue_on_empty_gate lets the loop go on)")(check_gated_dataset)
 
 
 def check_gated_dataset(context: dg.AssetCheckExecutionContext, store: StoreResource,
@@ -167,11 +169,22 @@ def check_gated_dataset(context: dg.AssetCheckExecutionContext, store: StoreReso
         db.record_gate_check(benchmark, k, passed=False, trajectories=0, problems=[f"the check raised: {exc!r}"])
         raise
     db.record_gate_check(benchmark, k, passed=not problems, trajectories=len(trajs), problems=problems)
-    if problems:  # the same data fails the same way on a retry: this run fails once (flywheel.orchestration.failures)
+    # An empty gate the loop was told to go on past (loop.continue_on_empty_gate, the demo's) is an expected result:
+    # a labelled WARN, not a failed run with a stack trace. Malformed data, or an empty gate that stops the loop,
+    # fails the check (ERROR: blocking) and the run, once.
+    warn = problems == [EMPTY_PROBLEM] and loop.continue_on_empty_gate
+    if problems and not warn:  # the same data fails the same way on a retry (flywheel.orchestration.failures)
         mark_run_not_retryable(context, f"gated_dataset_is_usable failed for {benchmark}|{k}: {problems[0]}")
-    return dg.AssetCheckResult(
-        passed=not problems,
-        metadata={"trajectories": len(trajs), "problems": len(problems),
-                  "first_problems": "\n".join(problems[:10]) or "none"},
-    )
+    metadata = {"trajectories": len(trajs), "problems": len(problems), "first_problems": "\n".join(problems[:10]) or "none"}
+    if warn:
+        metadata["warning"] = empty_gate_warning(benchmark, k)
+        context.log.warning(metadata["warning"])
+    return dg.AssetCheckResult(passed=not problems, metadata=metadata,
+                               severity=dg.AssetCheckSeverity.WARN if warn else dg.AssetCheckSeverity.ERROR)
+
+
+def empty_gate_warning(benchmark: str, k: int) -> str:
+    return (f"empty reward gate {benchmark}|{k}: no new successful trajectory passed, so checkpoint k={k + 1} trains on "
+            f"the data of k={k} again (loop.continue_on_empty_gate); more rollouts (policy.samples_per_task), easier "
+            "tasks or a better checkpoint give the gate something to admit")
 

@@ -39,6 +39,7 @@ from flywheel.curriculum.order import assign_buckets, grade
 from flywheel.curriculum.tables import write_training_order
 from flywheel.orchestration.failures import fail_once, fails_once
 from flywheel.orchestration.partitions import by_benchmark, flywheel_partitions, keys_of
+from flywheel.policy.logging_targets import LOGS_DIR
 from flywheel.policy.sft import (
     examples_never_trained,
     examples_sha256,
@@ -227,11 +228,20 @@ def sft_checkpoint(
         "gated_trajectories": counts["gated"],
         "order": mode if mode == "shuffle" else f"{mode} (easy to hard, {scorer.name}; see training_order)",
         "trajectories_by_bucket": dg.MetadataValue.json(dict(Counter(c.bucket for c in ordered))),
-        "back_edge": (
-            f"trained on gated_dataset iterations {list(range(k))} of {benchmark}, read from the store"
-            if k else "iteration 0: seeds and curriculum only"
-        ),
+        "back_edge": back_edge(db, benchmark, k),
+        # The loss curve (policy.report_to: tensorboard): `make tensorboard`, or tensorboard --logdir on this folder.
+        **({"training_logs": dg.MetadataValue.path(str(logs))} if (logs := Path(result.path) / LOGS_DIR).is_dir() else {}),
         "train_seconds": round(time.monotonic() - started, 1),
         "reused": False,
         "fingerprint": fingerprint,
     })
+
+
+def back_edge(db: Store, benchmark: str, k: int) -> str:
+    """What checkpoint k read from the loop's back edge, saying which gates were empty."""
+    if not k:
+        return "iteration 0: seeds and curriculum only"
+    gates = {g["iteration"]: g for g in db.gated_growth(benchmark)}
+    empty = [j for j in range(k) if j in gates and not int(gates[j]["new_unique_successes"] or 0)]
+    note = f"; gate(s) {empty} admitted nothing (empty)" if empty else ""
+    return f"trained on gated_dataset iterations {list(range(k))} of {benchmark}, read from the store{note}"

@@ -60,11 +60,14 @@ def without_invalid_steps(tr: Trajectory) -> Trajectory:
     return replace(tr, steps=kept)
 
 
+EMPTY_PROBLEM = "dataset is empty"  # what `dataset_problems` says of a gate that admitted nothing
+
+
 def dataset_problems(trajs: Sequence[Trajectory], *, needs_plans: bool = True) -> list[str]:
     """Why a training set is unusable: empty, failed/errored members, or malformed quaternions.
     `needs_plans=False` for a policy whose prompts carry no plan (ReAct: thought and action only)."""
     if not trajs:
-        return ["dataset is empty"]
+        return [EMPTY_PROBLEM]
     problems = []
     for tr in trajs:
         if tr.status != "ok" or not tr.success:

@@ -374,6 +374,21 @@ def _create_views(con: duckdb.DuckDBPyConnection) -> None:
             pass
 
 
+# How long a reader (`Store.reader`: report, export, paper) waits for a writer: a run's connections are short-lived
+# (one write each), so a few seconds see them through; a writer that holds the file longer is named at once.
+READER_WAIT_S = 3.0
+
+
+def _busy_message(path: Path, error: str, *, read_only: bool, lock_timeout_s: float) -> str:
+    holder = _lock_holder(error)
+    if read_only and lock_timeout_s <= READER_WAIT_S:
+        return (f"The store {path} is open for writing by {holder} (DuckDB lets readers in only when no writer "
+                "holds the file): wait for that run to finish, or close that connection (a notebook or `duckdb` shell "
+                "left open read-write? open it with read_only=True), then re-run.")
+    return (f"The store {path} stayed locked for {lock_timeout_s:.0f} s by {holder}. Close that connection (a "
+            "notebook or `duckdb` shell left open?) or stop that process, then re-run.")
+
+
 class Store:
     """Plain DuckDB store; the Dagster resource only builds one of these."""
 
@@ -398,6 +413,14 @@ class Store:
             con.execute(SCHEMA)
             _create_views(con)
 
+    @classmethod
+    def reader(cls, path: str | Path, *, lock_timeout_s: float = READER_WAIT_S) -> Store:
+        """The store opened read-only, as every report reads it (report, export, paper, the dashboard): nothing is
+        created, migrated or written, so the file's bytes never change; any number of readers share it, and a
+        writer that holds it is named at once (StoreBusyError) instead of waited for. A missing file is a
+        FileNotFoundError naming it."""
+        return cls(path, read_only=True, lock_timeout_s=lock_timeout_s)
+
     @contextmanager
     def connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
         with self._open(self.path, read_only=self.read_only, lock_timeout_s=self.lock_timeout_s) as con:
@@ -418,17 +441,15 @@ class Store:
                 if not _is_lock_error(exc):
                     raise
                 now = time.monotonic()
-                if not said and now - started >= SAY_WAIT_AFTER_S:  # once per wait, and not for a brief one
+                if not said and now - started >= SAY_WAIT_AFTER_S and now < deadline:  # once, not for a brief wait
                     said = True
-                    log.warning("store %s is locked by %s; waiting up to %.0f s more, then this write fails with "
+                    log.warning("store %s is locked by %s; waiting up to %.0f s more, then this %s fails with "
                                 "StoreBusyError naming it (a retried step waits again). Close that connection or "
-                                "stop that process to go on now", path, _lock_holder(str(exc)), deadline - now)
+                                "stop that process to go on now", path, _lock_holder(str(exc)), deadline - now,
+                                "read" if read_only else "write")
                 if now > deadline:
-                    raise StoreBusyError(
-                        f"The store {path} stayed locked for {lock_timeout_s:.0f} s by "
-                        f"{_lock_holder(str(exc))}. Close that connection (a notebook or `duckdb` shell left "
-                        "open?) or stop that process, then re-run."
-                    ) from None
+                    raise StoreBusyError(_busy_message(path, str(exc), read_only=read_only,
+                                                       lock_timeout_s=lock_timeout_s)) from None
                 time.sleep(delay + random.random() * delay)
                 delay = min(delay * 2, 2.0)
         try:

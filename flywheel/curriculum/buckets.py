@@ -90,7 +90,8 @@ def quantile_buckets(values: Sequence[float], names: tuple[str, ...] = BUCKETS) 
 def success_by_bucket(
     outcomes: Sequence[tuple[float | None, bool]], buckets: Buckets
 ) -> list[dict[str, Any]]:
-    """One row per bucket (plus `unknown` if any task had no gold length): episodes, successes, rate."""
+    """One row per bucket (plus `unknown` if any task had no gold length): episodes, successes, rate (None over
+    no episode)."""
     rows = []
     for name in [*buckets.names, UNKNOWN]:
         hits = [ok for value, ok in outcomes if buckets.of(value) == name]
@@ -100,7 +101,8 @@ def success_by_bucket(
         lengths = [v for v, _ in outcomes if buckets.of(v) == name and v is not None]
         rows.append({
             "bucket": name, "lo": lo, "hi": hi, "episodes": len(hits), "successes": int(sum(hits)),
-            "success_rate": (sum(hits) / len(hits)) if hits else 0.0,
-            "mean_gold_length": statistics.fmean(lengths) if lengths else 0.0,
+            # A bucket no task fell in measured nothing: None (NULL in `eval_buckets`), not a rate of 0.
+            "success_rate": (sum(hits) / len(hits)) if hits else None,
+            "mean_gold_length": statistics.fmean(lengths) if lengths else None,
         })
     return rows

@@ -39,7 +39,7 @@ from flywheel.core.provenance import (
 )
 from flywheel.core.store import Store
 from flywheel.definitions import build_defs
-from flywheel.drivers.pipeline import GateBlocked, run_stage
+from flywheel.drivers.pipeline import GateBlocked, empty_gate_warnings, run_stage
 from flywheel.policy.models import build_tiny_model, require_model
 from flywheel.policy.sft import trim_heap
 from flywheel.policy.vllm_server import ServerPool
@@ -164,7 +164,9 @@ def run_arm(
                                                                                   arm_dir.parent, results)
             stage_jobs = jobs_for(control_budget(extra["steps"]))
         try:
-            run_stage(stage_jobs[job_for(stage)], key or preset.benchmark, selection, instance)
+            result = run_stage(stage_jobs[job_for(stage)], key or preset.benchmark, selection, instance)
+            if empty_gate_warnings(result):  # the gate check's WARN: an empty gate the preset continues past
+                progress.data.setdefault("empty_gates", []).append(stage)
         except GateBlocked as exc:  # nothing passed the gate: K stops here, a result, not a crash
             if preset.continue_on_empty_gate:
                 progress.data.setdefault("empty_gates", []).append(stage)

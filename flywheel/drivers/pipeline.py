@@ -13,8 +13,7 @@ import dagster as dg
 
 from flywheel.config.methods import job_for, method_stages
 from flywheel.config.validation import ConfigurationError, check_benchmark
-from flywheel.core.metrics import markdown_table, result_columns
-from flywheel.core.quality import wilson_interval
+from flywheel.core.metrics import markdown_table
 from flywheel.core.store import Store
 from flywheel.definitions import build_defs
 from flywheel.orchestration.failures import FAIL_ONCE_TAG
@@ -60,6 +59,8 @@ def run_stage(job: dg.JobDefinition, key: str, selection: Iterable[str], instanc
         raise stage_failure(f"{job.name} {key}", genuine, result, instance)
     if bad_checks:
         raise GateBlocked(f"{job.name} {key}: blocking check(s) failed: {', '.join(names)}")
+    for warning in empty_gate_warnings(result):
+        log.warning("%s", warning)
     return result
 
 
@@ -101,6 +102,18 @@ def disk_full(text: str) -> bool:
     return "[Errno 28]" in text or "No space left on device" in text
 
 
+def empty_gate_warnings(result: dg.ExecuteInProcessResult) -> list[str]:
+    """The labelled warnings of a run's empty gates: the gate check's WARN (loop.continue_on_empty_gate)."""
+    out = []
+    for e in result.all_events:
+        data = e.event_specific_data if e.event_type_value == "ASSET_CHECK_EVALUATION" else None
+        if data is not None and data.check_name == "gated_dataset_is_usable" and not data.passed \
+                and data.severity == dg.AssetCheckSeverity.WARN:
+            entry = data.metadata.get("warning")
+            out.append(str(entry.value) if entry is not None else f"empty reward gate ({e.partition})")
+    return out
+
+
 def run_flywheel(
     benchmark: str,
     *,
@@ -140,7 +153,8 @@ def run_flywheel(
         log.info("== iteration %d: %s", k, "SFT, rollouts, reward gate, evaluation" if k < iterations
                  else "SFT on seeds + gated successes, evaluation")
         try:
-            run_stage(defs.resolve_job_def(f"{job_for(stages[0][0])}_job"), key, selection, instance)
+            result = run_stage(defs.resolve_job_def(f"{job_for(stages[0][0])}_job"), key, selection, instance)
+            empty_gates += empty_gate_warnings(result)
         except GateBlocked as exc:
             if not continue_on_empty_gate or k == iterations:
                 raise
@@ -211,57 +225,3 @@ def iterations_table(store: Store, benchmark: str) -> str:
     cols = ["iteration", "new_unique_successes", "gated_total", "train_trajectories", "seen_success",
             "unseen_success", "gate_check_passed", "decision", "reason"]
     return markdown_table(list(df.iter_rows(named=True)), cols)
-
-
-def success_cell(rate: float | None, n: int | None) -> str:
-    """"50.0 [23.7, 76.3] (5/10)": success % with its 95% Wilson interval and (successes/n); "-" for no episode."""
-
-    n = int(n or 0)
-    if not n:
-        return "- (0/0)"
-    wins = round((rate or 0.0) * n)
-    lo, hi = wilson_interval(wins, n)
-    return f"{100 * wins / n:.1f} [{100 * lo:.1f}, {100 * hi:.1f}] ({wins}/{n})"
-
-
-def results_table(store: Store, benchmark: str) -> str:
-    """Success of every evaluated checkpoint, seen and unseen side by side: % [95% Wilson interval] (successes/n)."""
-    rows: dict[int, dict] = {}
-    for r in store.evaluation_rows(benchmark):
-        row = rows.setdefault(r["iteration"], {"checkpoint": f"k={r['iteration']}"})
-        s = r["split"]
-        row[f"{s} success"] = success_cell(r["success_rate"], r["episodes"])
-        row[f"{s} reward"] = r["avg_reward"]
-        row[f"{s} steps"] = r["mean_steps"]
-        row[f"{s} invalid"] = r["invalid_action_rate"]
-        row[f"{s} n"] = r["episodes"]
-        row["prompt tok/step"] = r["prompt_tokens_per_step"]
-    found = {r["split"] for r in store.evaluation_rows(benchmark)}
-    splits = [s for s in ("seen", "unseen") if s in found or not found] + sorted(found - {"seen", "unseen"})
-    cols = ["checkpoint"] + [f"{s} {what}" for what in ("success", "reward", "steps", "invalid") for s in splits]
-    return markdown_table(list(rows.values()), cols + ["prompt tok/step"] + [f"{s} n" for s in splits])
-
-
-def paper_table(store: Store, *, iteration: int | None = None, metric: str = "success_rate") -> str:
-    """Paper Table 1 layout: a column per evaluation split of every registered benchmark (in name
-    order, titled by the specs: `flywheel.core.metrics.result_columns`), then their average.
-
-    One row per iteration k (or only `iteration`), in percent. A benchmark with one test set has
-    one column. A benchmark not yet evaluated at k shows "-" and is left out of the average,
-    which then says how many columns it covers.
-    """
-    if metric not in {"success_rate", "avg_reward"}:
-        raise ValueError("metric must be success_rate or avg_reward")
-    values = store.evaluation_values(metric)
-    iterations = sorted({k for (_, _, k) in values}) if iteration is None else [iteration]
-    columns = result_columns()
-    header = ["k"] + [c.title for c in columns] + ["average"]
-    rows = []
-    for k in iterations:
-        cells = [values.get((c.benchmark, c.split, k)) for c in columns]
-        have = [c for c in cells if c is not None]
-        avg = f"{100 * sum(have) / len(have):.1f}" + ("" if len(have) == len(cells) else f" ({len(have)}/{len(cells)} cols)") if have else "-"
-        rows.append([str(k)] + [f"{100 * c:.1f}" if c is not None else "-" for c in cells] + [avg])
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)

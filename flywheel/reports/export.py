@@ -53,7 +53,11 @@ def teacher_name(db: Store) -> str:
 
 
 def _card(name: str, *, benchmark: str, iteration: str, teacher: str, split: str, rows: int, what: str,
-          source: Path) -> str:
+          source: Path, details: dict[str, Any] | None = None, empty: str = "") -> str:
+    extra = "".join(f"| {k} | {v} |\n" for k, v in (details or {}).items())
+    note = (f"\n**This dataset is empty**: {empty}. Its `datasets` folder still loads (0 rows, the columns of a "
+            f"non-empty one); its JSONL file has no line, which `load_dataset(\"json\")` cannot read (it infers the "
+            f"columns from the first row): load this folder instead.\n") if not rows else ""
     return f"""---
 pretty_name: flywheel {benchmark} {name}
 tags: [flywheel, agents, {benchmark}, sft]
@@ -62,7 +66,7 @@ tags: [flywheel, agents, {benchmark}, sft]
 # flywheel {benchmark}: {name}
 
 {what}
-
+{note}
 | | |
 |---|---|
 | benchmark | {benchmark} |
@@ -70,7 +74,7 @@ tags: [flywheel, agents, {benchmark}, sft]
 | teacher | {teacher} |
 | split | {split} |
 | rows | {rows} |
-| exported from | `{source}` |
+{extra}| exported from | `{source}` |
 
 ```python
 from datasets import load_from_disk
@@ -81,21 +85,82 @@ Written by `python -m flywheel.cli export` (flywheel/reports/export.py).
 """
 
 
-def _write(out: Path, name: str, rows: list[dict[str, Any]], card: dict[str, Any], *, hf: bool) -> dict[str, Any]:
+def _write(out: Path, name: str, rows: list[dict[str, Any]], card: dict[str, Any], *, hf: bool,
+           shape: dict[str, Any]) -> dict[str, Any]:
+    """`name`.jsonl and, with `hf`, the `datasets` folder hf/`name`/ with its card. An empty set's folder is written
+    too, with the columns of `shape` (a row of the same kind), so that `load_from_disk` loads it (0 rows)."""
     out.mkdir(parents=True, exist_ok=True)
     jsonl = out / f"{name}.jsonl"
     with jsonl.open("w", encoding="utf-8") as f:
         for r in rows:
             f.write(json.dumps(r, ensure_ascii=False, default=str) + "\n")
     entry: dict[str, Any] = {"name": name, "rows": len(rows), "jsonl": str(jsonl)}
-    if hf and rows:
+    if hf:
         from datasets import Dataset
 
         folder = out / "hf" / name
-        Dataset.from_list(rows).save_to_disk(str(folder))
+        dataset = Dataset.from_list(rows) if rows else Dataset.from_list([shape]).select([])
+        dataset.save_to_disk(str(folder), num_shards=1 if not rows else None)
         (folder / "README.md").write_text(_card(name, rows=len(rows), **card), encoding="utf-8")
         entry["hf"] = str(folder)
     return entry
+
+
+_SHAPE_STEP = {"observation": "", "thought": "", "plan": "", "action": "", "next_observation": "", "reward": 0.0,
+               "done": False, "invalid": False, "prompt_tokens": 0, "completion_tokens": 0}
+# One row of each kind: the columns (and their types) of an empty dataset of that kind.
+SHAPES = {
+    "trajectory": {"traj_id": "", "benchmark": "", "split": "", "iteration": 0, "source": "", "task_id": "",
+                   "sample": 0, "goal": "", "success": False, "reward": 0.0, "status": "", "model_id": "",
+                   "steps": [_SHAPE_STEP]},
+    "quaternion": {"traj_id": "", "task_id": "", "source": "", "t": 0, "goal": "", "observation": "", "thought": "",
+                   "plan": "", "action": ""},
+    "sft": {"prompt": [{"role": "", "content": ""}], "completion": [{"role": "", "content": ""}], "traj_id": "",
+            "task_id": "", "t": 0},
+}
+
+
+def _lineage(ck: dict[str, Any]) -> dict[str, Any]:
+    raw = ck.get("lineage") or {}
+    return json.loads(raw) if isinstance(raw, str) else dict(raw)
+
+
+def _training_details(ck: dict[str, Any]) -> dict[str, Any]:
+    """The card's rows about the training: base model, trainer settings and what was trained (from the lineage)."""
+    lineage = _lineage(ck)
+    details: dict[str, Any] = {"checkpoint": f"`{ck['checkpoint_id']}`",
+                               "base model": f"`{ck.get('base_model') or lineage.get('base_model') or 'not recorded'}`",
+                               "method": ck.get("method") or "bpo"}
+    settings = {key: lineage[key] for key in ("train_steps", "batch_size", "micro_batch_size", "whole_passes",
+                                              "refine_from", "replay") if key in lineage}
+    if settings:
+        details["trainer settings"] = ", ".join(f"{k}={v}" for k, v in settings.items())
+    if lineage.get("dataset"):
+        details["trained on"] = ", ".join(f"{k}: {v}" for k, v in lineage["dataset"].items())
+    if "gated_iterations" in lineage:
+        details["gated iterations read"] = str(lineage["gated_iterations"])
+    for key, label in (("examples", "examples"), ("tokens_trained", "tokens trained"),
+                       ("examples_sha256", "examples sha256")):
+        if lineage.get(key) is not None:
+            details[label] = lineage[key]
+    if ck.get("train_loss") is not None:
+        details["train loss"] = round(float(ck["train_loss"]), 4)
+    return details
+
+
+def _identical_to(db: Store, benchmark: str, ck: dict[str, Any], earlier: list[dict[str, Any]]) -> str:
+    """Why sft_k<k> holds the same pairs as an earlier checkpoint's set ("" when it does not)."""
+    sha = _lineage(ck).get("examples_sha256")
+    same = [e for e in earlier if sha and _lineage(e).get("examples_sha256") == sha]
+    if not same:
+        return ""
+    j, k = same[-1]["iteration"], ck["iteration"]
+    empty = [g["iteration"] for g in db.gated_growth(benchmark)
+             if j <= g["iteration"] < k and not int(g["new_unique_successes"] or 0)]
+    why = (f"reward gate(s) k={', '.join(map(str, empty))} admitted no new trajectory (the loop went on, "
+           "`continue_on_empty_gate`), so there was nothing new to add" if empty else
+           "no gate between them added a training example")
+    return f" **Identical to `sft_k{j}`** (the same pairs, in the same order): {why}."
 
 
 def _sft_what(ck: dict[str, Any], n: int) -> str:
@@ -152,28 +217,38 @@ def _export(db: Store, out: Path, *, benchmarks: Sequence[str] | None, hf: bool,
         splits = ", ".join(sorted({t.split for t in trajs})) or "none"
         common = {"benchmark": b, "teacher": teacher, "source": db.path}
         written.append({"benchmark": b, **_write(base, "trajectories", [_traj_row(t) for t in trajs], {
-            **common, "iteration": "all", "split": splits,
+            **common, "iteration": "all", "split": splits, "empty": f"the store holds no trajectory of {b}",
             "what": "Every trajectory in the store (expert, teacher, synthetic, policy rollouts, evaluation "
-                    "episodes), steps nested: observation, thought (thought e_t), plan p_t, action a_t."}, hf=hf)})
+                    "episodes), steps nested: observation, thought (thought e_t), plan p_t, action a_t."}, hf=hf,
+            shape=SHAPES["trajectory"])})
         seeds = [t for t in trajs if t.source in ("teacher", "synthetic")]
         written.append({"benchmark": b, **_write(base, "quaternions", _quaternion_rows(seeds), {
             **common, "iteration": "stage 1-2 (before k=0)", "split": "train",
-            "what": "The teacher's planning quaternions (o_t, e_t, p_t, a_t), one row per step."}, hf=hf)})
-        for k in db.gated_iterations(b):
+            "empty": "the store holds no teacher or synthetic (seed) trajectory of this benchmark (bootstrap not run?)",
+            "what": "The teacher's planning quaternions (o_t, e_t, p_t, a_t), one row per step."}, hf=hf,
+            shape=SHAPES["quaternion"])})
+        gates = {g["iteration"]: g for g in db.gated_growth(b)}
+        for k in sorted(set(db.gated_iterations(b)) | set(gates)):
             ids = set(db.gated_ids_of(b, k))
             gated = [t for t in trajs if t.traj_id in ids]
+            candidates = int((gates.get(k) or {}).get("candidates") or 0)
             written.append({"benchmark": b, **_write(base, f"gated_k{k}", [_traj_row(t) for t in gated], {
-                **common, "iteration": str(k), "split": "train",
+                **common, "iteration": str(k), "split": "train", "details": {"gate candidates": candidates},
+                "empty": f"reward gate {k} admitted none of its {candidates} rollouts (none succeeded, or every success "
+                         "repeated an earlier one)",
                 "what": f"The successful, new trajectories reward gate {k} let through (trained on from k={k + 1})."},
-                hf=hf)})
+                hf=hf, shape=SHAPES["trajectory"])})
+        earlier: list[dict[str, Any]] = []
         for ck in db.checkpoint_rows(b):
             pairs = db.training_examples(ck["checkpoint_id"])
             rows = [{"prompt": p["prompt"], "completion": p["completion"], "traj_id": p["traj_id"],
                      "task_id": p["task_id"], "t": p["t"]} for p in pairs]
             k = ck["iteration"]
             written.append({"benchmark": b, "checkpoint_id": ck["checkpoint_id"], **_write(base, f"sft_k{k}", rows, {
-                **common, "iteration": str(k), "split": "train",
-                "what": _sft_what(ck, len(rows))}, hf=hf)})
+                **common, "iteration": str(k), "split": "train", "details": _training_details(ck),
+                "empty": f"the store keeps no training pair of checkpoint `{ck['checkpoint_id']}` (an older store)",
+                "what": _sft_what(ck, len(rows)) + _identical_to(db, b, ck, earlier)}, hf=hf, shape=SHAPES["sft"])})
+            earlier.append(ck)
             if progress:
                 progress(f"{b}: sft_k{k} {len(rows)} pairs")
     return written

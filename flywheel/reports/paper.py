@@ -31,7 +31,7 @@ from flywheel.core.metrics import PRIMARY_METRICS, ResultColumn, display_name, r
 from flywheel.core.provenance import read_arm
 from flywheel.core.quality import BOOT, arm_checkpoints, paired_difference, rate
 from flywheel.core.settings import DEFAULT_RUNS_DIR
-from flywheel.core.store import Store, check_store
+from flywheel.core.store import READER_WAIT_S, Store, check_store
 
 NOTES = [
     "The policy is SmolLM2-135M trained on CPU (the paper trains Llama-3.1-8B and others on GPUs); the "
@@ -64,8 +64,9 @@ def collect(presets: list[tuple[Preset, Path]], committed: Path | None = RESULTS
                      "start_from": sections.get("method", {}).get("start_from"), "origin": "not run"}
             recorded = read_arm(committed / preset.name, arm) if committed is not None else None
             if db_path.exists():
-                check_store(db_path)  # read whole, read-only: a damaged store is refused before anything is written
-                entry.update(checkpoints=arm_checkpoints(Store(db_path, read_only=True), preset.benchmark),
+                # Read whole, read-only: a damaged store is refused before anything is written; a writer is named.
+                check_store(db_path, lock_timeout_s=READER_WAIT_S)
+                entry.update(checkpoints=arm_checkpoints(Store.reader(db_path), preset.benchmark),
                              origin=f"store {db_path}")
             elif recorded is not None:
                 entry.update(checkpoints={int(k): v for k, v in recorded["paper"].items()},

@@ -247,7 +247,7 @@ def local_arm_record(preset: Preset, arm: str, arm_dir: Path, records: dict[str,
     sections = preset.arm_sections(arm)
     splits = EnvResource(**sections.get("envs", {})).eval_splits(preset.benchmark)
     progress = json.loads((arm_dir / "progress.json").read_text()) if (arm_dir / "progress.json").exists() else {}
-    store = Store(arm_dir / "flywheel.duckdb", read_only=True)
+    store = Store.reader(arm_dir / "flywheel.duckdb")
     method = sections.get("method", {})
     source = method.get("start_from") if not method.get("evaluate_start", True) else None
     k0_from = None

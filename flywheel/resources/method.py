@@ -55,7 +55,9 @@ class MethodResource(dg.ConfigurableResource):
         fields = config.__dataclass_fields__
         own = {name[len(prefix):]: getattr(self, name) for name in type(self).model_fields
                if name.startswith(prefix) and name[len(prefix):] in fields}
-        return config(**own, **{f: getattr(policy, f) for f in FROM_POLICY})
+        # report_to (where training logs go) is the policy's, for every trainer whose config takes it.
+        shared = FROM_POLICY + tuple(f for f in ("report_to",) if f in fields)
+        return config(**own, **{f: getattr(policy, f) for f in shared})
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self.check()

@@ -12,6 +12,7 @@ from flywheel.core.settings import DEFAULT_RUNS_DIR, SMOLLM2_DIR
 from flywheel.orchestration.failures import setup_fails_once
 from flywheel.policy import sft_ray
 from flywheel.policy.inference import Generator, OpenAICompatibleGenerator, TransformersGenerator
+from flywheel.policy.logging_targets import TrainingLogs, targets
 from flywheel.policy.sft import TrainConfig, TrainResult, micro_batching, train_sft
 from flywheel.policy.vllm_server import ManagedVLLMGenerator, ServerPool, VLLMServer, VLLMServerConfig
 from flywheel.resources.fields import check_fields, same_as, setting
@@ -47,6 +48,7 @@ class PolicyResource(dg.ConfigurableResource):
     whole_passes: bool = same_as(TrainConfig, "whole_passes")
     save_minutes: float = same_as(TrainConfig, "save_minutes")
     seed: int = same_as(TrainConfig, "seed")
+    report_to: str = same_as(TrainingLogs, "report_to")  # every trainer's logs (flywheel.policy.logging_targets)
     # cpu-scienceworld k=1 from the base model at the same 16 steps under-fit: 30/100 vs 41/100 from k-1.
     refine_from: str = setting("previous", sft0=False, help='where checkpoint k > 0 starts: "previous" '
                                '(checkpoint k-1, the measured best) or "base" (the base model)')
@@ -94,6 +96,10 @@ class PolicyResource(dg.ConfigurableResource):
         except ValueError as e:
             raise ConfigurationError(str(e)) from e
         self.ray_options()  # unknown backends or bad Ray numbers fail here, at the run's first step
+        try:
+            targets(self.report_to)  # a target that is unknown or not installed: before any training
+        except ValueError as e:
+            raise ConfigurationError(str(e)) from e
         if self.refine_from not in ("base", "previous"):
             raise ConfigurationError(f"policy.refine_from must be 'base' or 'previous', got {self.refine_from!r}")
         if self.replay not in ("matched", "all", "none"):

@@ -14,3 +14,8 @@ class StoreResource(dg.ConfigurableResource):
 
     def get(self) -> Store:
         return Store(self.path, method=self.method)
+
+    def reader(self) -> Store:
+        """The store opened read-only (the dashboard): nothing is created or written; waits for a writer as `get`
+        does (a run's connections are short-lived). A missing file is a FileNotFoundError naming it."""
+        return Store(self.path, read_only=True)

@@ -77,7 +77,7 @@ class ScriptedTeacher:
             intent = self.describe(step.action)
             upcoming = self._upcoming(actions[t + 1 : t + 1 + self.lookahead], known)
             if t == 0:
-                situation = f"Goal: {goal} I expect about {total} steps."
+                situation = f"Goal: {goal} I expect about {total} step{'s' if total != 1 else ''}."
             else:
                 prev = traj.steps[t - 1]
                 seen = _novel_part(prev.observation, step.observation)

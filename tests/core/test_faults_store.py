@@ -183,3 +183,67 @@ def test_a_store_of_a_newer_schema_is_refused_in_one_line(tmp_path, capsys):
         assert str(db) in line and "upgrade flywheel" in line
         _one_line_exit_2(capsys, ["demo", "--benchmark", "webshop", "--runs-dir", str(runs)], change)
         assert db.read_bytes() == before
+
+
+# -- (e) readers never write: report, export and paper open the store read-only ------------------------------------
+
+WRITER = r'''
+import sys, time, duckdb
+con = duckdb.connect(sys.argv[1])
+print("ready", flush=True)
+time.sleep(120)
+'''
+
+
+def _held(path, script):
+    holder = subprocess.Popen([sys.executable, "-c", script, str(path)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "ready"
+    return holder
+
+
+def _evaluated_store(tmp_path):
+    runs = tmp_path / "runs"
+    db = Store(runs / "flywheel.duckdb")
+    db.write_evaluation({"benchmark": "webshop", "iteration": 0, "split": "seen", "checkpoint_id": "w0",
+                         "episodes": 4, "success_rate": 0.5})
+    return runs, runs / "flywheel.duckdb"
+
+
+def test_readers_share_the_store_with_another_reader_and_change_no_byte(tmp_path, capsys):
+    from flywheel.cli import main
+
+    runs, path = _evaluated_store(tmp_path)
+    before = path.read_bytes()
+    holder = _held(path, HOLDER)  # the docs' read-only one-liner, left open
+    try:
+        started = time.monotonic()
+        assert main(["report", "--runs-dir", str(runs), "--benchmark", "webshop"]) == 0
+        assert "50.0 [15.0, 85.0] (2/4)" in capsys.readouterr().out
+        assert main(["export", "--runs-dir", str(runs), "--out", str(tmp_path / "out"), "--jsonl-only"]) == 0
+        assert time.monotonic() - started < 30  # no wait for the other reader
+    finally:
+        holder.kill()
+        holder.wait()
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in runs.iterdir()) == ["flywheel.duckdb"]  # no WAL either
+
+
+def test_a_reader_names_the_writer_that_holds_the_store_at_once(tmp_path, capsys):
+    from flywheel.cli import main
+
+    runs, path = _evaluated_store(tmp_path)
+    holder = _held(path, WRITER)
+    try:
+        for argv in (["report", "--runs-dir", str(runs)],
+                     ["export", "--runs-dir", str(runs), "--out", str(tmp_path / "out")]):
+            started = time.monotonic()
+            assert main(argv) == 2
+            assert time.monotonic() - started < 15, argv  # seconds, not the writers' 120 s wait
+            [line] = capsys.readouterr().err.strip().splitlines()
+            assert f"process {holder.pid}" in line and "open for writing" in line and str(path) in line, line
+        with pytest.raises(StoreBusyError, match="open for writing"):
+            Store.reader(path)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert Store.reader(path).evaluated_benchmarks() == ["webshop"]  # free again

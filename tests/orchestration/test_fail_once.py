@@ -229,3 +229,22 @@ def test_unaffordable_rollout_budget_fails_once_before_any_work(tmp_path, instan
     assert not [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY]
     assert dagster_run.tags[WILL_RETRY_TAG] == "false"
     assert Store(tmp_path / "fw.duckdb").query("SELECT count(*) AS n FROM trajectories WHERE source = 'policy'")["n"][0] == 0
+
+
+def test_an_empty_gate_the_loop_goes_on_past_is_a_labelled_warn_not_a_failure(tmp_path, instance):
+    """loop.continue_on_empty_gate (the demo's): the gate check warns (WARN severity, a `warning` entry), the run
+    succeeds with no step failure or stack trace, and the store still records the verdict the loop reads."""
+    from flywheel.drivers.pipeline import empty_gate_warnings
+
+    db = store_with_seeds(tmp_path / "fw.duckdb")
+    result, gate_run = run(instance, resources(tmp_path, loop=LoopResource(continue_on_empty_gate=True)), 0,
+                           ["gated_dataset"])
+    assert result.success and not failure_messages(result)
+    [check] = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
+    assert check.metadata["warning"].value.startswith(f"empty reward gate {BENCH}|0")
+    [warning] = empty_gate_warnings(result)
+    assert "continue_on_empty_gate" in warning and FAIL_ONCE_TAG not in gate_run.tags
+    assert db.gate_check_passed(BENCH, 0) is False
+    meta = result.get_asset_materialization_events()[0].materialization.metadata
+    assert meta["warning"].value == "empty: admitted 0 of 0 rollouts"

@@ -118,3 +118,48 @@ def test_paper_without_stores_says_where_it_looked(tmp_path, monkeypatch, capsys
     err = capsys.readouterr().err
     assert "no experiment store or committed arm results found" in err and str(tmp_path / "runs" / "experiments" / "cpu-scienceworld-quick") in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "paper").exists()
+
+
+def test_report_gives_prompt_tokens_per_split_and_one_row_per_iteration(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    db = Store(runs / "flywheel.duckdb")
+    for split, tokens in (("seen", 300.0), ("unseen", 450.0)):
+        db.write_evaluation({"benchmark": "webshop", "iteration": 0, "split": split, "checkpoint_id": "w0",
+                             "episodes": 4, "success_rate": 0.25, "prompt_tokens_per_step": tokens})
+    db.record_checkpoint({"checkpoint_id": "w0", "benchmark": "webshop", "iteration": 0, "path": "/nowhere",
+                          "n_examples": 8, "train_loss": 1.25, "lineage": {"train_steps": 6}})
+    db.write_gated("webshop", 0, [], candidates=8)
+    db.record_gate_stats("webshop", 0, candidates=8, new_unique_successes=0, gated_total=0, capped_dropped=0)
+    assert main(["report", "--runs-dir", str(runs), "--benchmark", "webshop"]) == 0
+    header, _, row = capsys.readouterr().out.strip().splitlines()
+    cells = dict(zip([c.strip() for c in header.strip("|").split("|")], [c.strip() for c in row.strip("|").split("|")],
+                     strict=True))
+    assert cells["seen prompt tok/step"] == "300.0" and cells["unseen prompt tok/step"] == "450.0"
+    assert cells["seen success % [95% CI] (s/n)"].endswith("(1/4)")
+    assert cells["gate admitted/candidates"] == "0/8" and cells["gate verdict"].startswith("empty")
+    assert cells["train loss"] == "1.2500" and cells["train steps"] == "6"
+
+
+def test_an_empty_gate_exports_a_loadable_set_and_identical_sets_say_why(store, tmp_path):
+    runs, db, _, _, examples = store
+    db.write_gated("b", 1, [], candidates=6)  # gate 1 admitted nothing
+    db.record_gate_stats("b", 1, candidates=6, new_unique_successes=0, gated_total=3, capped_dropped=0)
+    lineage = {"examples_sha256": "same", "train_steps": 6, "batch_size": 4, "base_model": "/models/base",
+               "dataset": {"seeds": 3, "gated": 0}, "gated_iterations": [0, 1], "examples_never_trained": 0}
+    for k in (1, 2):
+        db.record_checkpoint({"checkpoint_id": f"b-k{k}-x", "benchmark": "b", "iteration": k, "path": "/nowhere",
+                              "base_model": "/models/base", "n_examples": len(examples), "train_loss": 0.5,
+                              "lineage": lineage})
+        db.write_training_examples(f"b-k{k}-x", "b", k, [{**ex, "traj_id": "x", "kept": True} for ex in examples])
+    out = tmp_path / "out"
+    assert main(["export", "--runs-dir", str(runs), "--out", str(out), "--benchmark", "b"]) == 0
+    empty = load_from_disk(str(out / "b" / "hf" / "gated_k1"))
+    assert len(empty) == 0 and {"traj_id", "success", "steps"} <= set(empty.column_names)
+    card = " ".join((out / "b" / "hf" / "gated_k1" / "README.md").read_text().split())
+    assert "This dataset is empty" in card and "admitted none of its 6 rollouts" in card and "load_from_disk" in card
+    assert (out / "b" / "gated_k1.jsonl").read_text() == ""
+    k2 = " ".join((out / "b" / "hf" / "sft_k2" / "README.md").read_text().split())
+    assert "| base model | `/models/base` |" in k2 and "train_steps=6, batch_size=4" in k2
+    assert "| trained on | seeds: 3, gated: 0 |" in k2 and "| train loss | 0.5 |" in k2
+    assert "Identical to `sft_k1`" in k2 and "reward gate(s) k=1 admitted no new trajectory" in k2
+    assert "Identical" not in (out / "b" / "hf" / "sft_k1" / "README.md").read_text()

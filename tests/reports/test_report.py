@@ -10,8 +10,8 @@ from envs import REGISTRY
 from flywheel.config.presets import RESULTS_DIR, load_preset
 from flywheel.core import quality
 from flywheel.core.store import Store
-from flywheel.drivers.pipeline import paper_table
 from flywheel.reports import paper
+from flywheel.reports.dashboard import paper_table
 from flywheel.reports.render import render_committed
 from tests.fakes import BareSpec
 

@@ -108,13 +108,13 @@ def test_webserver_serves_the_summary_table_and_chart(tmp_path, monkeypatch):
         entries = {e["label"]: e for e in mat["metadataEntries"]}
         table = entries["summary"]["table"]
         columns = [c["name"] for c in table["schema"]["columns"]]
-        assert columns[:2] == ["k", "unseen_success"] and "unseen_ci_low" in columns and "gated_total" in columns
+        assert columns[:2] == ["k", "unseen_success_pct"] and "unseen_ci95_pct" in columns and "gated_total" in columns
         [row] = [json.loads(r) for r in table["records"]]
-        assert row["k"] == 0 and row["unseen_n"] == 3 and row["unseen_ci_low"] <= row["unseen_success"] <= row["unseen_ci_high"]
+        assert row["k"] == 0 and row["unseen_successes_n"].endswith("/3") and row["unseen_ci95_pct"].startswith("[")
         assert entries["chart"]["mdStr"].startswith("![webshop: success by iteration](data:image/png;base64,")
         chart = Path(entries["chart_path"]["path"])
         assert chart.is_file() and chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert entries["latest_unseen_success"]["floatValue"] == row["unseen_success"]
+        assert entries["latest_unseen_success_pct"]["floatValue"] == row["unseen_success_pct"]
 
         chromium = shutil.which("chromium") or shutil.which("chromium-browser")
         if chromium:  # the page itself, as a browser renders it

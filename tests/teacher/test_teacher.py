@@ -113,3 +113,14 @@ def test_malformed_teacher_answer_is_a_clear_error():
         teacher = OpenAITeacher(base_url=srv.base_url, model="m", api_key="k", sleep=lambda s: None)
         with pytest.raises(TeacherError, match="1 annotations for 2"):
             teacher.annotate(make_traj(n=2), "instr")
+
+
+def test_scripted_teacher_writes_plain_english_for_one_step_and_doubled_names():
+    from envs.scienceworld.prompts import describe_action
+
+    [note] = ScriptedTeacher(lambda a: f"do {a}").annotate(make_traj(n=1), "instr")
+    assert "I expect about 1 step." in note.thought and "1 steps" not in note.thought
+    assert "I expect about 3 steps." in ScriptedTeacher(lambda a: f"do {a}").annotate(make_traj(n=3), "instr")[0].thought
+    intent = describe_action("focus on baby baby dragonfly")  # ScienceWorld's own object name
+    assert "the baby dragonfly" in intent and "baby baby" not in intent
+    assert describe_action("move egg 1 to inventory") == "move the egg 1 to the inventory"
