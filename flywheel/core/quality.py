@@ -202,37 +202,6 @@ def arm_checkpoints(db: Store, benchmark: str) -> dict[int, dict[str, Any]]:
     return out
 
 
-def replicate_difference(replicates: list[dict[str, bool]], old: dict[str, bool], *, level: float = 0.95,
-                         n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
-    """Pooled SR(new) - SR(old) over R replicate runs of `new`, all on the tasks `old` played: the mean over
-    tasks of (the replicates' mean outcome - old's), with a two-level percentile bootstrap (tasks with
-    replacement, then each drawn task's replicates with replacement), so the interval carries both the task
-    sample and the run-to-run spread. Each replicate's own paired difference is `paired_difference`."""
-    common = sorted(set(old).intersection(*map(set, replicates))) if replicates else []
-    if not common:
-        return {"n": 0, "replicates": len(replicates), "delta": 0.0, "ci_low": -1.0, "ci_high": 1.0,
-                "significant": False, "method": "two-level bootstrap (tasks, then replicates)"}
-    table = [[float(r[t]) for r in replicates] for t in common]
-    base = [float(old[t]) for t in common]
-    n, reps = len(common), len(replicates)
-    delta = sum(sum(row) / reps - b for row, b in zip(table, base, strict=True)) / n
-    rng = random.Random(seed)
-    stats = []
-    for _ in range(n_boot):
-        total = 0.0
-        for _ in range(n):
-            i = rng.randrange(n)
-            total += sum(table[i][rng.randrange(reps)] for _ in range(reps)) / reps - base[i]
-        stats.append(total / n)
-    stats.sort()
-    lo = stats[int(math.floor((1 - level) / 2 * n_boot))]
-    hi = stats[min(n_boot - 1, int(math.ceil((1 + level) / 2 * n_boot)) - 1)]
-    rates = [sum(r[t] for t in common) / n for r in replicates]
-    return {"n": n, "replicates": reps, "delta": delta, "ci_low": lo, "ci_high": hi,
-            "significant": lo > 0 or hi < 0, "replicate_rates": rates,
-            "spread": max(rates) - min(rates), "method": "two-level bootstrap (tasks, then replicates)"}
-
-
 # -- pooling replicate runs: runs first, then tasks; and the power of a design ---------------------
 # A run's success rate moves with its rollouts' samples and its k=0 training as a whole, not task by task,
 # so a pooled interval must resample runs (each paired with its own reference: its own k=0 or its own
@@ -281,7 +250,10 @@ def t_interval(values: Sequence[float], level: float = 0.95) -> dict[str, Any]:
 def pooled_bootstrap(diffs: Any, *, level: float = 0.95, n_boot: int = POOL_BOOT, rng: Any) -> tuple[float, float]:
     """Percentile interval of the mean over runs of `diffs` (an R x n array: run r's paired difference on task t)
     by the hierarchical bootstrap: per round, R runs drawn with replacement and one multinomial resample of the
-    n tasks applied to each of them."""
+    n tasks applied to each of them. It errs wide where the task noise is large against the run-to-run variance
+    (each run's task noise counts in the spread of the run means and again in the task resample) and narrow with
+    few runs and a large run-to-run variance (3 runs cannot show more spread than they have):
+    tests/core/test_pooled_intervals.py measures both."""
     import numpy as np  # only the pooled bootstrap needs numpy
 
     r, n = diffs.shape
@@ -299,9 +271,9 @@ def hierarchical_difference(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]
     """Pooled difference over R runs, each a (run, its own reference) pair of task -> outcome maps (success as
     bool, or reward), on the tasks every pair played: the mean of the per-run paired differences, with a
     percentile interval from the hierarchical bootstrap (`pooled_bootstrap`) and, beside it, a t-interval over
-    the R per-run differences. With few runs the bootstrap's interval is too narrow (it cannot see beyond the
-    spread of R values; tests/core/test_pooled_intervals.py measures its coverage), so `significant` asks
-    both intervals to exclude 0."""
+    the R per-run differences. The t-interval covers about 95% in the tests' simulated experiments; the
+    bootstrap errs wide or, with 3 runs and a large run-to-run variance, narrow (`pooled_bootstrap`), so
+    `significant` asks both intervals to exclude 0."""
     import numpy as np
 
     pairs = [(new, old) for new, old in pairs if set(new) & set(old)]
