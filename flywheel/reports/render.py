@@ -237,6 +237,10 @@ def render_claims(rows: list[dict[str, Any]]) -> list[str]:
             table.append([name, r["split"], f"`{m}`", paired, d.get("block", "-"), diff(d) + extra, f"{d['gained']}/{d['lost']}",
                           f"{d['mcnemar_p']:.3g}", ("yes" if d["significant"] else "no") if pooled else verdict(r),
                           _reward_delta(d.get("reward"))])
+            if g := d.get("within_blocks"):  # other k=0 weights: each side's gain over its own k=0
+                table.append([name, r["split"], f"`{m}`, block by block", f"`{d['paired_with']}`",
+                              "gain over its own k=0 minus gain over its own k=0", diff(g), "-", "-",
+                              "yes" if g["significant"] else "no", "-"])
         if p := pooled:
             runs = ", ".join(f"{100 * x:+.0f}" for x in p["per_run"])
             sd = f"sd {100 * p['sd']:.1f}, " if p.get("sd") is not None else ""
@@ -251,7 +255,9 @@ def render_claims(rows: list[dict[str, Any]]) -> list[str]:
             "run is paired with its own reference: its own control (the control from its k=0 weights where it has "
             "none of its own) and its own k=0, never another run's (`paired with`); `k=0 block` checks by the k=0 "
             "weights' sha256 that a run and its control or k=0 share weights (a k=0 retrained on another machine or "
-            "dtype is other weights: another block). Per run: the mean difference with a 95% paired bootstrap "
+            "dtype is other weights: another block; the dtype itself is not recorded, `auto` resolves per CPU). "
+            "Where they do not, a `block by block` row compares the two sides' gains over their own k=0s (paired "
+            "per task, 10,000 resamples), which the k=0s' difference does not enter. Per run: the mean difference with a 95% paired bootstrap "
             "interval over tasks (10,000 resamples), tasks gained/lost and the exact McNemar p; this interval "
             "leaves out the run-to-run variance. Pooled over replicate runs: the mean of the per-run differences "
             "with a 95% hierarchical bootstrap interval (runs with replacement, then the tasks with replacement, one "

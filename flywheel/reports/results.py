@@ -27,6 +27,7 @@ from flywheel.core.quality import (
     bootstrap_ratio,
     discordance,
     hierarchical_difference,
+    paired_bootstrap,
     paired_difference,
     reward_difference,
     run_variance,
@@ -293,6 +294,12 @@ def claims(preset: Preset, records: dict[str, dict[str, Any]]) -> list[dict[str,
                 d["reward"] = reward_difference(flat(rewards[m][1]), flat(old_rewards[m][1]))
                 d["paired_with"], d["pairing"] = pairing[m]
                 d["block"] = block_check(records, m, pairing[m][0], pairing[m][1])
+                if d["block"].startswith("**other") and kk and old_k:  # each side's gain over its own k=0
+                    k0_new = claim_outcomes(preset, records, m, 0)
+                    k0_old = claim_outcomes(preset, records, pairing[m][0], 0)
+                    if k0_new and k0_old and all(sp in k0_new[1] and sp in k0_old[1] for sp in pick):
+                        d["within_blocks"] = gain_difference(flat(news[m][1]), flat(k0_new[1]),
+                                                             flat(olds[m][1]), flat(k0_old[1]))
             row = {"arm": arm, "k": kk, "reference": ref, "reference_k": old_k, "split": s, "replicates": per}
             if len(members) > 1:
                 row["pooled"] = hierarchical_difference([(flat(n[1]), flat(olds[m][1])) for m, n in news.items()])
@@ -300,6 +307,17 @@ def claims(preset: Preset, records: dict[str, dict[str, Any]]) -> list[dict[str,
                 row["missing"] = [m for m in members if m not in news]
             rows.append(row)
     return rows
+
+
+def gain_difference(new: dict[str, bool], new_k0: dict[str, bool], old: dict[str, bool],
+                    old_k0: dict[str, bool]) -> dict[str, Any]:
+    """Two runs in other blocks (other k=0 weights) compared block by block: (new - its k=0) - (old - its k=0)
+    per task, the mean with a 95% paired bootstrap interval over the tasks all four evaluated. The k=0s'
+    difference drops out; what is left is whether one run gained more over its own start than the other."""
+    common = sorted(set(new) & set(new_k0) & set(old) & set(old_k0))
+    pairs = [(float(new[t]) - float(new_k0[t]), float(old[t]) - float(old_k0[t])) for t in common]
+    d, lo, hi = paired_bootstrap(pairs, n_boot=10000)
+    return {"n": len(common), "delta": d, "ci_low": lo, "ci_high": hi, "significant": bool(common) and (lo > 0 or hi < 0)}
 
 
 # -- the design's power: variance components from the committed runs ---------------------------------
