@@ -86,3 +86,19 @@ def test_minimal_effect_and_runs_are_checked_where_the_preset_is_built(tmp_path)
     path.write_text(base + "\nminimal_effect: 0.07\nruns: 12\n")
     preset = load_preset(str(path))
     assert (preset.minimal_effect, preset.runs) == (0.07, 12)
+
+
+def test_the_report_shows_per_run_differences_the_pooled_interval_its_method_and_underpowered():
+    from flywheel.reports.render import render_claims, render_design
+
+    preset, records = _committed("cpu-comparison-scienceworld", ["bpo@2 vs sft-control@2"])
+    rows = claims(preset, records)
+    results = {"claims": rows, "design": design(preset, records, rows)}
+    md = "\n".join(render_claims(rows) + render_design(results, preset))
+    pooled = next(line for line in md.splitlines() if "| all | pooled over 3 runs" in line)
+    assert "per run +4, +1, +11; sd 5.1, spread 10 pts" in pooled
+    assert "+5.3 [-3.0, +15.0]; t over runs [-7.4, +18.1]" in pooled
+    assert "underpowered (15% power for +7 at 3 run(s); 12 runs per arm for 80%)" in pooled
+    assert "`sft-control`, `sft-control-r2`" in pooled
+    assert "hierarchical bootstrap interval (runs with replacement, then the tasks" in md
+    assert "| `eto-dpo` vs `grpo` | 0 | 100 | -1 | 3 (3%) |" in md
