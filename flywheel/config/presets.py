@@ -8,6 +8,7 @@ run into its own store), `replicates` and `claims` (docs/experiments.md).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ import dagster as dg
 
 from flywheel.config.methods import METHODS, implied_sections
 from flywheel.config.validation import ConfigurationError, check_benchmark, check_plain_name
+from flywheel.core.options import Bound, option
 from flywheel.core.settings import REPO_ROOT
 from flywheel.orchestration.partitions import run_max_iteration
 from flywheel.policy.vllm_server import ServerPool
@@ -29,7 +31,7 @@ log = logging.getLogger(__name__)
 PRESETS_DIR = REPO_ROOT / "experiments"
 RESULTS_DIR = PRESETS_DIR / "results"
 TOP_LEVEL = {"name", "description", "benchmark", "iterations", "model", "arms", "notes", "continue_on_empty_gate",
-             "policy_backend", "compare", "replicates",
+             "policy_backend", "compare", "replicates", "minimal_effect", "runs",
              *SECTIONS}
 MAX_ARMS = 64  # the largest shipped preset has 16; each arm's resources are built when the preset loads
 
@@ -59,6 +61,15 @@ class Preset:
     # Replicate runs of one recipe: group name -> its arms (same configuration, independent rollout samples);
     # a claim naming the group's first arm is reported per replicate and pooled over them.
     replicates: dict[str, list[str]] = field(default_factory=dict)
+    # The design's power (docs/experiments.md "The design's power"): the smallest difference the claims must
+    # detect and the runs per arm planned for it; the report gives each claim's power and says "underpowered".
+    minimal_effect: float | None = option(
+        None, bound=Bound(0.0, 1.0, integer=False, open_lo=True, why="a success-rate difference"),
+        help="the smallest success-rate difference the claims must detect at 80% power, as a fraction (0.07 = 7 "
+             "points); null: the report states no power")
+    runs: int | None = option(None, bound=Bound(1, 1000, why="runs per arm"),
+                              help="runs per arm the design plans (each with its own control); the report "
+                                   "compares it with the runs that 80% power needs")
 
     def arm_sections(self, arm: str) -> dict[str, dict[str, Any]]:
         """The preset's sections with `arm`'s overrides merged in (one level deep per section)."""
@@ -139,6 +150,8 @@ def load_preset(name_or_path: str) -> Preset:
         policy_backend=str(raw.get("policy_backend") or Preset.policy_backend),
         compare=[parse_claim(c, arms, where=str(path)) for c in raw.get("compare") or []],
         replicates=parse_replicates(raw.get("replicates") or {}, arms, where=str(path)),
+        minimal_effect=check_preset_number(raw, "minimal_effect", where=str(path)),
+        runs=check_preset_number(raw, "runs", where=str(path)),
     )
     for arm in preset.arms:  # build every arm's resources now: a bad field fails before any work
         build_resources(preset, arm, Path("/nonexistent-check"), model_path="/nonexistent-check")
@@ -170,6 +183,19 @@ def parse_claim(text: Any, arms: dict[str, Any], *, where: str) -> tuple[str, in
         raise ConfigurationError(f"{where}: compare entries read 'ARM@K vs ARM@K', got {text!r}")
     (a, ka), (b, kb) = (side(s) for s in text.split(" vs "))
     return a, ka, b, kb
+
+
+def check_preset_number(raw: dict[str, Any], name: str, *, where: str) -> Any:
+    """A top-level numeric field checked against its declared bound (None when the preset leaves it out)."""
+    value = raw.get(name)
+    if value is None:
+        return None
+    f = next(f for f in dataclasses.fields(Preset) if f.name == name)
+    bound = f.metadata["bound"]
+    if not bound.allows(value):
+        raise ConfigurationError(f"{where}: {name} must be {bound.describe()} ({bound.why}), got {value!r}; "
+                                 f"{name}: {f.metadata['help']}")
+    return value
 
 
 def parse_replicates(raw: Any, arms: dict[str, Any], *, where: str) -> dict[str, list[str]]:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Sequence
@@ -201,32 +202,151 @@ def arm_checkpoints(db: Store, benchmark: str) -> dict[int, dict[str, Any]]:
     return out
 
 
-def replicate_difference(replicates: list[dict[str, bool]], old: dict[str, bool], *, level: float = 0.95,
-                         n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
-    """Pooled SR(new) - SR(old) over R replicate runs of `new`, all on the tasks `old` played: the mean over
-    tasks of (the replicates' mean outcome - old's), with a two-level percentile bootstrap (tasks with
-    replacement, then each drawn task's replicates with replacement), so the interval carries both the task
-    sample and the run-to-run spread. Each replicate's own paired difference is `paired_difference`."""
-    common = sorted(set(old).intersection(*map(set, replicates))) if replicates else []
-    if not common:
-        return {"n": 0, "replicates": len(replicates), "delta": 0.0, "ci_low": -1.0, "ci_high": 1.0,
-                "significant": False, "method": "two-level bootstrap (tasks, then replicates)"}
-    table = [[float(r[t]) for r in replicates] for t in common]
-    base = [float(old[t]) for t in common]
-    n, reps = len(common), len(replicates)
-    delta = sum(sum(row) / reps - b for row, b in zip(table, base, strict=True)) / n
-    rng = random.Random(seed)
-    stats = []
-    for _ in range(n_boot):
-        total = 0.0
-        for _ in range(n):
-            i = rng.randrange(n)
-            total += sum(table[i][rng.randrange(reps)] for _ in range(reps)) / reps - base[i]
-        stats.append(total / n)
-    stats.sort()
-    lo = stats[int(math.floor((1 - level) / 2 * n_boot))]
-    hi = stats[min(n_boot - 1, int(math.ceil((1 + level) / 2 * n_boot)) - 1)]
-    rates = [sum(r[t] for t in common) / n for r in replicates]
-    return {"n": n, "replicates": reps, "delta": delta, "ci_low": lo, "ci_high": hi,
-            "significant": lo > 0 or hi < 0, "replicate_rates": rates,
-            "spread": max(rates) - min(rates), "method": "two-level bootstrap (tasks, then replicates)"}
+# -- pooling replicate runs: runs first, then tasks; and the power of a design ---------------------
+# A run's success rate moves with its rollouts' samples and its k=0 training as a whole, not task by task,
+# so a pooled interval must resample runs (each paired with its own reference: its own k=0 or its own
+# control), then tasks. Every run plays the same tasks, so one resample of the tasks serves every drawn run
+# in a bootstrap round: a task that every run gains (or loses) counts once per round, as it would in a new
+# evaluation set, instead of averaging out over the runs.
+POOL_BOOT = 10000
+HIERARCHICAL = ("hierarchical bootstrap: runs with replacement, then the tasks with replacement (one resample "
+                "shared by the drawn runs, which play the same tasks); 10,000 resamples")
+
+
+def t_cdf(x: float, df: int) -> float:
+    """P(T <= x) for Student's t with `df` degrees of freedom (Simpson's rule on the density; |error| < 1e-9)."""
+    if x < 0:
+        return 1.0 - t_cdf(-x, df)
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+    steps = 2000
+    h = x / steps
+    total = sum((1 if i in (0, steps) else 4 if i % 2 else 2) * (1 + (i * h) ** 2 / df) ** (-(df + 1) / 2)
+                for i in range(steps + 1))
+    return 0.5 + c * total * h / 3
+
+
+@functools.lru_cache(maxsize=256)
+def t_quantile(p: float, df: int) -> float:
+    """The t value with P(T <= t) = p (bisection on `t_cdf`); t_quantile(0.975, 2) = 4.303."""
+    lo, hi = -1000.0, 1000.0
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_cdf(mid, df) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def t_interval(values: Sequence[float], level: float = 0.95) -> dict[str, Any]:
+    """Mean of per-run differences with a t-interval (R - 1 degrees of freedom): each run's difference
+    already carries its own task sample, so the spread of the R values carries both variances."""
+    r = len(values)
+    mean = sum(values) / r if r else 0.0
+    if r < 2:
+        return {"runs": r, "mean": mean, "sd": None, "ci_low": None, "ci_high": None}
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (r - 1))
+    half = t_quantile((1 + level) / 2, r - 1) * sd / math.sqrt(r)
+    return {"runs": r, "mean": mean, "sd": sd, "ci_low": mean - half, "ci_high": mean + half}
+
+
+def pooled_bootstrap(diffs: Any, *, level: float = 0.95, n_boot: int = POOL_BOOT, rng: Any) -> tuple[float, float]:
+    """Percentile interval of the mean over runs of `diffs` (an R x n array: run r's paired difference on task t)
+    by the hierarchical bootstrap: per round, R runs drawn with replacement and one multinomial resample of the
+    n tasks applied to each of them. It errs wide where the task noise is large against the run-to-run variance
+    (each run's task noise counts in the spread of the run means and again in the task resample) and narrow with
+    few runs and a large run-to-run variance (3 runs cannot show more spread than they have):
+    tests/core/test_pooled_intervals.py measures both."""
+    import numpy as np  # only the pooled bootstrap needs numpy
+
+    r, n = diffs.shape
+    weights = rng.multinomial(n, np.full(n, 1 / n), size=n_boot)  # how often each task is drawn, per round
+    means = weights @ diffs.T / n  # (n_boot, R): each run's mean over that round's tasks
+    picks = rng.integers(r, size=(n_boot, r))
+    stats = np.sort(np.take_along_axis(means, picks, axis=1).mean(axis=1))
+    lo = float(stats[int(math.floor((1 - level) / 2 * n_boot))])
+    hi = float(stats[min(n_boot - 1, int(math.ceil((1 + level) / 2 * n_boot)) - 1)])
+    return lo, hi
+
+
+def hierarchical_difference(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]], *, level: float = 0.95,
+                            n_boot: int = POOL_BOOT, seed: int = 0) -> dict[str, Any]:
+    """Pooled difference over R runs, each a (run, its own reference) pair of task -> outcome maps (success as
+    bool, or reward), on the tasks every pair played: the mean of the per-run paired differences, with a
+    percentile interval from the hierarchical bootstrap (`pooled_bootstrap`) and, beside it, a t-interval over
+    the R per-run differences. The t-interval covers about 95% in the tests' simulated experiments; the
+    bootstrap errs wide or, with 3 runs and a large run-to-run variance, narrow (`pooled_bootstrap`), so
+    `significant` asks both intervals to exclude 0."""
+    import numpy as np
+
+    pairs = [(new, old) for new, old in pairs if set(new) & set(old)]
+    common = sorted(set.intersection(*(set(new) & set(old) for new, old in pairs))) if pairs else []
+    r = len(pairs) if common else 0
+    diffs = np.array([[float(new[t]) - float(old[t]) for t in common] for new, old in pairs[:r]], dtype=float)
+    deltas = [float(x) for x in diffs.mean(axis=1)] if r else []
+    t = t_interval(deltas, level)
+    out: dict[str, Any] = {"runs": r, "n": len(common), "per_run": deltas, "delta": t["mean"], "sd": t["sd"],
+                           "spread": (max(deltas) - min(deltas)) if deltas else None,
+                           "t_ci_low": t["ci_low"], "t_ci_high": t["ci_high"], "method": HIERARCHICAL}
+    if not r:
+        return {**out, "ci_low": -1.0, "ci_high": 1.0, "significant": False}
+    lo, hi = pooled_bootstrap(diffs, level=level, n_boot=n_boot, rng=np.random.default_rng(seed))
+    both = r > 1 and (lo > 0 or hi < 0) and (t["ci_low"] > 0 or t["ci_high"] < 0)
+    return {**out, "ci_low": lo, "ci_high": hi, "significant": both}
+
+
+def t_power(effect: float, sd: float, runs: int, level: float = 0.95) -> float:
+    """Power of the two-sided t-test over `runs` per-run differences of standard deviation `sd` to detect a true
+    mean difference `effect`: P(|T| > t_crit) with T noncentral t (R - 1 df, noncentrality effect / (sd /
+    sqrt(R))), integrated over the chi-square of the sample variance. One run (no spread to test with): the
+    z-test at a known `sd`."""
+    from statistics import NormalDist
+
+    z = NormalDist()
+    ncp = effect / sd * math.sqrt(runs)
+    if runs < 2:
+        crit = z.inv_cdf((1 + level) / 2)
+        return 1 - z.cdf(crit - ncp) + z.cdf(-crit - ncp)
+    df = runs - 1
+    crit = t_quantile((1 + level) / 2, df)
+    # E over V ~ chi2(df) of P(|Z + ncp| > crit * sqrt(V / df)); Simpson's rule on V's density
+    top, steps = df + 12 * math.sqrt(2 * df) + 30, 4000
+    h = top / steps
+    total = 0.0
+    for i in range(1, steps + 1):
+        v = i * h
+        dens = math.exp((df / 2 - 1) * math.log(v) - v / 2 - (df / 2) * math.log(2) - math.lgamma(df / 2))
+        c = crit * math.sqrt(v / df)
+        w = 1 if i == steps else 4 if i % 2 else 2
+        total += w * dens * (1 - z.cdf(c - ncp) + z.cdf(-c - ncp))
+    return min(1.0, total * h / 3)
+
+
+def runs_needed(effect: float, sd: float, *, power: float = 0.8, level: float = 0.95, most: int = 200) -> int | None:
+    """The fewest runs per arm (each paired with its own control) whose t-test detects `effect` with `power`;
+    None when more than `most` would be needed."""
+    for runs in range(2, most + 1):
+        if t_power(effect, sd, runs, level) >= power:
+            return runs
+    return None
+
+
+def discordance(a: dict[str, bool], b: dict[str, bool]) -> dict[str, Any]:
+    """Two evaluations over the tasks both played: the rate difference, the share of tasks they disagree on, and
+    the per-task variance of the paired difference (discordant share - difference^2), whose /n is the task
+    sample's part of the difference's variance."""
+    common = sorted(set(a) & set(b))
+    n = len(common)
+    gained = sum(a[t] and not b[t] for t in common)
+    lost = sum(b[t] and not a[t] for t in common)
+    d = (gained - lost) / n if n else 0.0
+    share = (gained + lost) / n if n else 0.0
+    return {"n": n, "delta": d, "gained": gained, "lost": lost, "discordant": share,
+            "task_variance": share - d * d, "mcnemar_p": mcnemar_exact_p(gained, lost)}
+
+
+def run_variance(pairs: Sequence[dict[str, Any]]) -> float:
+    """Between-run variance of one arm's success rate (a fraction^2) from pairs of its runs (each a `discordance`
+    of two runs from the same k=0 weights): E[(rate_a - rate_b)^2] = 2 s_run^2 + task_variance / n, so
+    s_run^2 = (mean d^2 - mean task_variance / n) / 2, floored at 0. The part that more tasks do not shrink."""
+    if not pairs:
+        return 0.0
+    excess = sum(p["delta"] ** 2 - p["task_variance"] / p["n"] for p in pairs) / len(pairs)
+    return max(0.0, excess / 2)

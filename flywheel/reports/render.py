@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,8 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
               "are paired over tasks: mean difference with a 95% paired bootstrap interval (10,000 resamples for "
               "success, 2,000 for reward), tasks gained/lost and the exact McNemar p.", ""]
     parts += render_claims(results.get("claims") or [])
+    parts += render_design(results, preset)
+    parts += render_reproducibility(results)
     for arm, res in results["arms"].items():
         parts += [f"## Arm `{arm}`", ""]
         if res.get("status") == "not run":
@@ -109,6 +112,9 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
                       f"{mach.get('host', '?')} ({mach.get('cpu', '?')}, {mach.get('cores', '?')} cores, torch "
                       f"{mach.get('torch', '?')}); k=0 weights sha256 {str(prov.get('k0_weights_sha256'))[:12]}"
                       + ("" if prov.get("complete", True) else "; **not complete**")
+                      + ("; **not reproducible from history** (commit(s) "
+                         + ", ".join(c[:12] for c in res["reproducible"]["missing_commits"]) + " not in it)"
+                         if (res.get("reproducible") or {}).get("missing_commits") else "")
                       + (f"; **k=0 retrained here differs from arm `{prov['k0_drift']['retrained_for']}`'s**"
                          if prov.get("k0_drift") else "") + ".", ""]
         splits = res["splits"]
@@ -201,35 +207,136 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
 
 
 def render_claims(rows: list[dict[str, Any]]) -> list[str]:
-    """The preset's claims first: each replicate's paired difference, then the pooled one."""
+    """The preset's claims first: each run's paired difference against its own reference, then the pooled one
+    (per-run differences, their spread, the hierarchical interval and a t-interval), and the verdict."""
     if not rows:
         return []
 
     def diff(d: dict[str, Any]) -> str:
         return f"{100 * d['delta']:+.1f} [{100 * d['ci_low']:+.1f}, {100 * d['ci_high']:+.1f}]"
 
+    def verdict(r: dict[str, Any]) -> str:
+        p = r.get("power") or {}
+        if r.get("verdict") != "underpowered":
+            return r.get("verdict") or ("yes" if (r.get("pooled") or next(iter(r["replicates"].values())))["significant"] else "no")
+        need = p.get("runs_needed")
+        return (f"underpowered ({100 * p['power']:.0f}% power for {100 * p['effect']:+.0f} at {p['runs']} run(s); "
+                + (f"{need} runs per arm for 80%)" if need else "more than 200 runs per arm for 80%)"))
+
     table = []
     for r in rows:
         name = f"`{r['arm']}`@{r['k'] if r['k'] is not None else 'last'} vs `{r['reference']}`@" \
                f"{r['reference_k'] if r['reference_k'] is not None else 'last'}"
         if r.get("status"):
-            table.append([name, "-", "-", f"not run yet (missing: {', '.join(r['missing'])})", "-", "-", "-", "-"])
+            table.append([name, "-", "-", "-", "-", f"not run yet (missing: {', '.join(r['missing'])})", "-", "-", "-", "-"])
             continue
+        pooled = r.get("pooled")
         for m, d in r["replicates"].items():
-            table.append([name, r["split"], f"`{m}`", diff(d), f"{d['gained']}/{d['lost']}", f"{d['mcnemar_p']:.3g}",
-                          "yes" if d["significant"] else "no", _reward_delta(d.get("reward"))])
-        if p := r.get("pooled"):
-            rates = ", ".join(f"{100 * x:.0f}" for x in p["replicate_rates"])
-            table.append([name, r["split"], f"pooled over {p['replicates']} (rates {rates}; spread "
+            paired = f"`{d['paired_with']}` ({d['pairing']})" if d.get("paired_with") else "-"
+            w = r.get("with_run_variance")
+            extra = f"; with run variance [{100 * w['ci_low']:+.1f}, {100 * w['ci_high']:+.1f}]" if w and not pooled else ""
+            table.append([name, r["split"], f"`{m}`", paired, d.get("block", "-"), diff(d) + extra, f"{d['gained']}/{d['lost']}",
+                          f"{d['mcnemar_p']:.3g}", ("yes" if d["significant"] else "no") if pooled else verdict(r),
+                          _reward_delta(d.get("reward"))])
+            if g := d.get("within_blocks"):  # other k=0 weights: each side's gain over its own k=0
+                table.append([name, r["split"], f"`{m}`, block by block", f"`{d['paired_with']}`",
+                              "gain over its own k=0 minus gain over its own k=0", diff(g), "-", "-",
+                              "yes" if g["significant"] else "no", "-"])
+        if p := pooled:
+            runs = ", ".join(f"{100 * x:+.0f}" for x in p["per_run"])
+            sd = f"sd {100 * p['sd']:.1f}, " if p.get("sd") is not None else ""
+            t = (f"; t over runs [{100 * p['t_ci_low']:+.1f}, {100 * p['t_ci_high']:+.1f}]"
+                 if p.get("t_ci_low") is not None else "")
+            table.append([name, r["split"], f"pooled over {p['runs']} runs (per run {runs}; {sd}spread "
                           f"{100 * p['spread']:.0f} pts" + (f"; not run: {', '.join(r['missing'])}" if r["missing"] else "")
-                          + ")", diff(p), "-", "-", "yes" if p["significant"] else "no", "-"])
+                          + ")", ", ".join(f"`{a}`" for a in p["references"]), "-",
+                          diff(p) + t, "-", "-", verdict(r), "-"])
     return ["## Claims", "",
-            "Each claim paired over the same tasks (per split and pooled over splits, n in each arm's table): "
-            "per run, the mean difference with a 95% paired bootstrap interval (10,000 resamples), tasks "
-            "gained/lost and the exact McNemar p; pooled over replicate runs, a two-level bootstrap (tasks, then "
-            "replicates, 2,000 resamples).", "",
-            _md(["claim", "split", "run", "delta (pts) [95% CI]", "gained/lost", "McNemar p", "excludes 0",
-                 "avg reward delta [95% CI]"], table), ""]
+            "Each claim paired over the same tasks (per split and pooled over splits, n in each arm's table). Every "
+            "run is paired with its own reference: its own control (the control from its k=0 weights where it has "
+            "none of its own) and its own k=0, never another run's (`paired with`); `k=0 block` checks by the k=0 "
+            "weights' sha256 that a run and its control or k=0 share weights (a k=0 retrained on another machine or "
+            "dtype is other weights: another block; the dtype itself is not recorded, `auto` resolves per CPU). "
+            "Where they do not, a `block by block` row compares the two sides' gains over their own k=0s (paired "
+            "per task, 10,000 resamples), which the k=0s' difference does not enter. Per run: the mean difference with a 95% paired bootstrap "
+            "interval over tasks (10,000 resamples), tasks gained/lost and the exact McNemar p; this interval "
+            "leaves out the run-to-run variance. Pooled over replicate runs: the mean of the per-run differences "
+            "with a 95% hierarchical bootstrap interval (runs with replacement, then the tasks with replacement, one "
+            "resample shared by the drawn runs; 10,000 resamples), and a t-interval over the per-run differences "
+            "beside it (R - 1 degrees of freedom); `excludes 0` asks both to exclude 0 (with few runs the bootstrap "
+            "alone is too narrow: tests/core/test_pooled_intervals.py). A claim of one run also gives its difference "
+            "+- 1.96 times the standard deviation of one run's difference from the variance components (the design "
+            "section): its interval with the run-to-run variance put back, which must exclude 0 too. A claim whose interval covers 0 is "
+            "`underpowered` when its power for the preset's `minimal_effect` is under 80% (the design section).", "",
+            _md(["claim", "split", "run", "paired with", "k=0 block", "delta (pts) [95% CI]", "gained/lost",
+                 "McNemar p", "excludes 0", "avg reward delta [95% CI]"], table), ""]
+
+
+def render_design(results: dict[str, Any], preset: Preset) -> list[str]:
+    """The design's power: variance components from the committed runs, each claim's power for the preset's
+    minimal effect and the runs per arm it needs (flywheel.reports.results.design)."""
+    des = results.get("design")
+    if not des:
+        return []
+    names = {"evaluation": "evaluation of identical weights (the same k=0 sha256, evaluated twice)",
+             "rollouts": "rollout sampling (replicate runs from the same k=0 weights)",
+             "k0_training": "k=0 training (one recipe trained twice: other weights)"}
+    rows = []
+    for kind, c in des["components"].items():
+        for p in c["pairs"]:
+            rows.append([names[kind], " vs ".join(f"`{a}`" for a in p["arms"]), p["k"], p["n"],
+                         f"{100 * p['delta']:+.0f}", f"{p['gained'] + p['lost']} ({100 * p['discordant']:.0f}%)",
+                         f"{p['mcnemar_p']:.2g}"])
+        if not c["pairs"]:
+            rows.append([names[kind], "none committed", "-", "-", "-", "-", "-"])
+    sds = ", ".join(f"{kind} {100 * math.sqrt(c['var']):.1f}" if c["var"] is not None else f"{kind} not measured"
+                    for kind, c in des["components"].items())
+    parts = ["## The design's power", "",
+             "Variance components from the committed runs (success over every evaluated split; two evaluations paired "
+             "over the same tasks: difference in points, tasks they disagree on, exact McNemar p):", "",
+             _md(["source", "pair", "k", "n", "difference (pts)", "discordant tasks", "McNemar p"], rows), "",
+             f"Between-run standard deviation of one arm's success rate (points), from these pairs as "
+             f"sqrt((mean d^2 - mean per-task variance / n) / 2), floored at 0: {sds}.", ""]
+    eff = des.get("minimal_effect")
+    if not eff:
+        return parts + ["The preset names no `minimal_effect`: no claim's power is stated.", ""]
+    claim_rows = []
+    claims = [r for r in results.get("claims") or [] if not r.get("status")]
+    with_all = {(r["arm"], r["k"], r["reference"]) for r in claims if r["split"] == "all"}
+    for r in claims:  # one row per claim: its splits pooled where it has several
+        p = r.get("power") or {}
+        if r["split"] != "all" and (r["arm"], r["k"], r["reference"]) in with_all:
+            continue
+        claim_rows.append([f"`{r['arm']}`@{r['k']} vs `{r['reference']}`@{r['reference_k']}", " + ".join(p["sources"]),
+                           f"{100 * p['sd_components']:.1f}" if p.get("sd_components") else "-",
+                           f"{100 * p['sd_spread']:.1f}" if p.get("sd_spread") else "-",
+                           p["runs"], f"{100 * p['power']:.0f}%" if p.get("power") is not None else "-",
+                           p.get("runs_needed") or ("> 200" if p.get("sd") else "-"),
+                           p.get("runs_needed_many_tasks") or "-"])
+    planned = des.get("runs")
+    return parts + [
+        f"Each claim's power to detect {100 * eff:+.0f} points (the preset's `minimal_effect`) with a two-sided "
+        "t-test over per-run differences at 95%, from the noncentral t (flywheel.core.quality.t_power). The "
+        "standard deviation of one run's difference is sqrt(s_new^2 + s_ref^2 + v / n): each side's between-run "
+        "variance from the component that moves it (`sources`: rollouts for a run that samples rollouts, k=0 "
+        "training for a k=0 not shared with the other side, evaluation for the rest) plus the task sample's part "
+        "(v, the per-task variance of the claim's paired differences, over n tasks); where the claim pools runs, "
+        "the spread of its per-run differences is a second estimate, and the larger is used. `runs for 80%`: runs "
+        "per arm, each paired with its own control; `with many tasks`: the same with n unbounded (more tasks do "
+        "not stand in for runs)." + (f" The preset plans {planned} run(s) per arm." if planned else ""), "",
+        _md(["claim (all splits)", "sources", "sd of a run's difference, components (pts)",
+             "sd, spread of its runs (pts)", "runs", "power", "runs for 80%", "with many tasks"], claim_rows), ""]
+
+
+def render_reproducibility(results: dict[str, Any]) -> list[str]:
+    """The arms whose recorded code commit is not in the repository's history: they cannot be rerun from it."""
+    bad = {a: r["reproducible"]["missing_commits"] for a, r in results["arms"].items()
+           if (r.get("reproducible") or {}).get("missing_commits")}
+    if not bad:
+        return []
+    return ["**Not reproducible from history:** " + "; ".join(
+        f"`{a}` ran at commit(s) {', '.join(c[:12] for c in cs)}, not in this repository's history" for a, cs in bad.items())
+        + ". Their results stand as measured; rerunning them needs that code, which the repository does not hold.", ""]
 
 
 def _err(r: dict[str, Any], side: str) -> float:

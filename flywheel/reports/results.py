@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import subprocess
 from pathlib import Path
 from typing import Any
 
-from flywheel.config.methods import method_stages
+from flywheel.config.methods import METHODS, method_stages
 from flywheel.config.presets import Preset, arm_config, arm_order
 from flywheel.core.metrics import answer_lengths
 from flywheel.core.provenance import (
@@ -20,13 +22,20 @@ from flywheel.core.provenance import (
     weights_sha256,
 )
 from flywheel.core.quality import (
+    Z95,
     arm_checkpoints,
     bootstrap_ratio,
+    discordance,
+    hierarchical_difference,
+    paired_bootstrap,
     paired_difference,
-    replicate_difference,
     reward_difference,
+    run_variance,
+    runs_needed,
+    t_power,
     wilson_interval,
 )
+from flywheel.core.settings import REPO_ROOT
 from flywheel.core.store import Store
 from flywheel.resources import EnvResource
 from flywheel.rollout.engine import RolloutConfig
@@ -168,8 +177,11 @@ def collect_results(preset: Preset, runs: Path, results: Path | None = None) -> 
         out["arms"][arm] = {**record["results"], "config": record["config"], "splits": record["splits"],
                             "provenance": record["provenance"], "origin": record["origin"]}
     out["arms"] = {a: out["arms"][a] for a in preset.arms}  # the preset's order
+    for arm, record in records.items():  # can this arm be rerun from the repository's history?
+        out["arms"][arm]["reproducible"] = commits_in_history(record["provenance"].get("commits") or [])
     out["arm_comparisons"] = compare_arms({a: outcomes_of(records[a]) for a in preset.arms if a in records})
     out["claims"] = claims(preset, records)
+    out["design"] = design(preset, records, out["claims"])
     out["_records"], out["_local"] = records, local
     return out
 
@@ -191,39 +203,256 @@ def claim_outcomes(preset: Preset, records: dict[str, dict[str, Any]], arm: str,
     return (k, splits) if splits else None
 
 
+def start_chain(preset: Preset, arm: str) -> list[str]:
+    """The arms `arm`'s k=0 came from, nearest first (`method.start_from`, followed; load_preset refuses cycles)."""
+    chain, a = [], arm
+    while (src := preset.arm_sections(a).get("method", {}).get("start_from")) in preset.arms and src not in chain:
+        chain.append(src)
+        a = src
+    return chain
+
+
+def k0_hash(records: dict[str, dict[str, Any]], arm: str) -> str | None:
+    return (records.get(arm, {}).get("provenance") or {}).get("k0_weights_sha256")
+
+
+def k0_evaluator(preset: Preset, records: dict[str, dict[str, Any]], arm: str) -> str:
+    """The arm whose k=0 evaluation is `arm`'s k=0 (its own, else its start_from arm's: the same weights)."""
+    if any(key.startswith("0|") for key in records.get(arm, {}).get("outcomes", {})):
+        return arm
+    source = preset.arm_sections(arm).get("method", {}).get("start_from")
+    return source if source in records else arm
+
+
+def reference_for(preset: Preset, records: dict[str, dict[str, Any]], head: str, member: str, ref: str,
+                  kref: int | None) -> tuple[str, str]:
+    """(the arm that plays the claim's reference for replicate `member` of `head`'s group, how it was chosen).
+    Every run is paired with its own reference, never with another run's: when the claim's reference is
+    `head`'s control, `member`'s control (`method.controls: member`), else the control of the same method
+    from `member`'s k=0 weights (its block); when it is the k=0 `head` started from, `member`'s own k=0 (the
+    arm that evaluated it); any other reference (another recipe) is shared by every run."""
+    method = preset.arm_sections(ref).get("method", {})
+    if method.get("controls") == head:
+        if member == head:
+            return ref, "its own control"
+        own = [a for a in preset.arms if a in records and preset.arm_sections(a).get("method", {}).get("controls") == member]
+        if own:
+            return own[0], "its own control"
+        block = [a for a in preset.arms if a in records and preset.method(a) == preset.method(ref)
+                 and k0_hash(records, a) and k0_hash(records, a) == k0_hash(records, member)]
+        if block:
+            return block[0], "the control from its k=0"
+        return ref, "another run's control (none from its k=0)"
+    if kref == 0 and ref in start_chain(preset, head):
+        return k0_evaluator(preset, records, member), "its own k=0"
+    return ref, "as stated"
+
+
+def block_check(records: dict[str, dict[str, Any]], member: str, reference: str, how: str) -> str:
+    """Whether a run and the reference it must share a k=0 with do share one, by the k=0 weights' sha256 (a k=0
+    retrained on another machine or dtype is other weights: another block). "-" where no k=0 is shared."""
+    if how == "as stated":
+        return "-"
+    a, b = k0_hash(records, member), k0_hash(records, reference)
+    if not a or not b:
+        return "k=0 weights not recorded"
+    return f"same k=0 ({a[:12]})" if a == b else f"**other blocks**: k=0 {a[:12]} vs {b[:12]}"
+
+
 def claims(preset: Preset, records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """The preset's `compare` claims, paired over the same tasks per split and pooled; a claim whose arm heads a
-    `replicates` group is reported for each replicate that has run and pooled over them
-    (`flywheel.core.quality.replicate_difference`)."""
+    `replicates` group is reported for each replicate that has run, each paired with its own reference
+    (`reference_for`), and pooled over them (`flywheel.core.quality.hierarchical_difference`: runs, then
+    tasks; a t-interval over the per-run differences beside it)."""
 
     rows = []
     for arm, k, ref, kref in preset.compare:
-        old = claim_outcomes(preset, records, ref, kref)
         members = preset.replicates.get(arm, [arm])
+        pairing = {m: reference_for(preset, records, arm, m, ref, kref) for m in members}
         news = {m: got for m in members if (got := claim_outcomes(preset, records, m, k)) is not None}
-        if old is None or not news:
+        olds = {m: got for m in news if (got := claim_outcomes(preset, records, pairing[m][0], kref)) is not None}
+        news = {m: n for m, n in news.items() if m in olds}
+        if not news:
+            missing = [m for m in members if m not in records] + ([ref] if ref not in records else [])
             rows.append({"arm": arm, "k": k, "reference": ref, "reference_k": kref, "status": "not run yet",
-                         "missing": [m for m in members if m not in news] + ([ref] if old is None else [])})
+                         "missing": missing or members})
             continue
         kk = next(iter(news.values()))[0]
-        old_rewards = claim_outcomes(preset, records, ref, kref, reward=True)
+        old_k = next(iter(olds.values()))[0]
         rewards = {m: claim_outcomes(preset, records, m, k, reward=True) for m in news}
-        splits = [s for s in old[1] if all(s in n[1] for n in news.values())]
+        old_rewards = {m: claim_outcomes(preset, records, pairing[m][0], kref, reward=True) for m in news}
+        splits = [s for s in next(iter(olds.values()))[1]
+                  if all(s in n[1] for n in news.values()) and all(s in o[1] for o in olds.values())]
         for s in (*splits, "all") if len(splits) > 1 else splits:
             pick = splits if s == "all" else [s]
 
             def flat(by_split: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 return {f"{sp}/{t}": v for sp in pick for t, v in by_split[sp].items()}  # noqa: B023
 
-            per = {m: paired_difference(flat(n[1]), flat(old[1])) for m, n in news.items()}
-            for m, d in per.items():  # the same pairs in average reward
-                d["reward"] = reward_difference(flat(rewards[m][1]), flat(old_rewards[1]))
-            row = {"arm": arm, "k": kk, "reference": ref, "reference_k": old[0], "split": s, "replicates": per}
+            per = {m: paired_difference(flat(n[1]), flat(olds[m][1])) for m, n in news.items()}
+            for m, d in per.items():  # the same pairs in average reward, and who the run was paired with
+                d["reward"] = reward_difference(flat(rewards[m][1]), flat(old_rewards[m][1]))
+                d["paired_with"], d["pairing"] = pairing[m]
+                d["block"] = block_check(records, m, pairing[m][0], pairing[m][1])
+                if d["block"].startswith("**other") and kk and old_k:  # each side's gain over its own k=0
+                    k0_new = claim_outcomes(preset, records, m, 0)
+                    k0_old = claim_outcomes(preset, records, pairing[m][0], 0)
+                    if k0_new and k0_old and all(sp in k0_new[1] and sp in k0_old[1] for sp in pick):
+                        d["within_blocks"] = gain_difference(flat(news[m][1]), flat(k0_new[1]),
+                                                             flat(olds[m][1]), flat(k0_old[1]))
+            row = {"arm": arm, "k": kk, "reference": ref, "reference_k": old_k, "split": s, "replicates": per}
             if len(members) > 1:
-                row["pooled"] = replicate_difference([flat(n[1]) for n in news.values()], flat(old[1]))
+                row["pooled"] = hierarchical_difference([(flat(n[1]), flat(olds[m][1])) for m, n in news.items()])
+                row["pooled"]["references"] = sorted({pairing[m][0] for m in news})
                 row["missing"] = [m for m in members if m not in news]
             rows.append(row)
     return rows
+
+
+def gain_difference(new: dict[str, bool], new_k0: dict[str, bool], old: dict[str, bool],
+                    old_k0: dict[str, bool]) -> dict[str, Any]:
+    """Two runs in other blocks (other k=0 weights) compared block by block: (new - its k=0) - (old - its k=0)
+    per task, the mean with a 95% paired bootstrap interval over the tasks all four evaluated. The k=0s'
+    difference drops out; what is left is whether one run gained more over its own start than the other."""
+    common = sorted(set(new) & set(new_k0) & set(old) & set(old_k0))
+    pairs = [(float(new[t]) - float(new_k0[t]), float(old[t]) - float(old_k0[t])) for t in common]
+    d, lo, hi = paired_bootstrap(pairs, n_boot=10000)
+    return {"n": len(common), "delta": d, "ci_low": lo, "ci_high": hi, "significant": bool(common) and (lo > 0 or hi < 0)}
+
+
+# -- the design's power: variance components from the committed runs ---------------------------------
+def own_k0(record: dict[str, Any]) -> dict[str, bool] | None:
+    """An arm's own k=0 evaluation over every split (task -> success), None when it took another arm's."""
+    keys = [key for key in record.get("outcomes", {}) if key.startswith("0|")]
+    if not keys:
+        return None
+    return {f"{key.split('|')[1]}/{t}": bool(v[0]) for key in keys for t, v in record["outcomes"][key].items()}
+
+
+def at_k(record: dict[str, Any], k: int) -> dict[str, bool]:
+    return {f"{key.split('|')[1]}/{t}": bool(v[0]) for key, tasks in record.get("outcomes", {}).items()
+            if key.split("|")[0] == str(k) for t, v in tasks.items()}
+
+
+def variance_pairs(preset: Preset, records: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The committed pairs of evaluations that measure one source of variance each (success, every split):
+    - evaluation: one set of k=0 weights (the same sha256) evaluated twice, by two arms;
+    - rollouts: two replicate runs from the same k=0 weights at each k > 0 both evaluated (the rollouts' samples
+      and what follows from them);
+    - k0_training: one k=0 recipe trained twice into other weights (the same examples' sha256, a recorded
+      `k0_drift`, or the same configuration's fingerprint), both evaluated."""
+    prov = {a: r.get("provenance") or {} for a, r in records.items()}
+    k0s = {a: o for a, r in records.items() if (o := own_k0(r)) is not None}
+    out: dict[str, list[dict[str, Any]]] = {"evaluation": [], "rollouts": [], "k0_training": []}
+    seen: set[tuple[str, ...]] = set()
+    names = [a for a in preset.arms if a in k0s]
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            ha, hb = prov[a].get("k0_weights_sha256"), prov[b].get("k0_weights_sha256")
+            if not ha or not hb:
+                continue
+            ea, eb = prov[a].get("k0_examples_sha256"), prov[b].get("k0_examples_sha256")
+            drift = {(prov[a].get("k0_drift") or {}).get("retrained_for"), (prov[b].get("k0_drift") or {}).get("retrained_for")}
+            fp = prov[a].get("config_fingerprint") and prov[a].get("config_fingerprint") == prov[b].get("config_fingerprint")
+            kind = "evaluation" if ha == hb else "k0_training" if (ea and ea == eb) or a in drift or b in drift or fp else None
+            key = (kind or "", *sorted((ha, hb)))
+            if kind and (kind == "evaluation" or key not in seen):
+                seen.add(key)
+                out[kind].append({"arms": [a, b], "k": 0, **discordance(k0s[a], k0s[b])})
+    for members in preset.replicates.values():
+        runs = [m for m in members if m in records]
+        for i, a in enumerate(runs):
+            for b in runs[i + 1:]:
+                if not k0_hash(records, a) or k0_hash(records, a) != k0_hash(records, b) or (a, b) in seen:
+                    continue
+                seen.add((a, b))
+                for k in range(1, preset.iterations + 1):
+                    if (ya := at_k(records[a], k)) and (yb := at_k(records[b], k)):
+                        out["rollouts"].append({"arms": [a, b], "k": k, **discordance(ya, yb)})
+    return out
+
+
+def run_source(preset: Preset, arm: str, k: int, shares_k0: bool) -> str:
+    """Which component moves `arm`'s run at k: its rollouts (k > 0 of a method that samples), its k=0 training
+    (a k=0 not shared with the other side), else evaluation alone (the same weights, or deterministic SFT from
+    them: on one machine a k=0 retrained from the same examples is the same weights bit for bit)."""
+    plan = METHODS[preset.method(arm)]["plan"]
+    if k > 0 and plan not in ("control", "sft", "base"):
+        return "rollouts"
+    return "evaluation" if shares_k0 or k > 0 or plan == "base" else "k0_training"
+
+
+def design(preset: Preset, records: dict[str, dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Variance components from the committed runs and, for each claim, its power to detect the preset's
+    `minimal_effect` at the runs it has and the runs per arm that 80% power needs (the preset's `runs`: how
+    many it plans). A claim's per-run difference D has variance s_new^2 + s_ref^2 + v / n: each side's between-run
+    variance (`run_variance` of the pairs that measure its source, `run_source`) plus the task sample's part
+    (v: the mean per-task variance of the claim's per-run paired differences, n tasks). The spread of the
+    claim's own per-run differences is a second estimate (R - 1 degrees of freedom); the larger of the two is
+    used. A one-run claim also gets delta +- 1.96 sd (`with_run_variance`: its interval with the run-to-run
+    variance put back), and excludes 0 only when that does too. A verdict that does not exclude 0 is
+    "underpowered" when the power is under 80%."""
+    pairs = variance_pairs(preset, records)
+    comp = {kind: {"pairs": ps, "var": run_variance(ps) if ps else None} for kind, ps in pairs.items()}
+    effect = preset.minimal_effect
+    for row in rows:
+        if row.get("status"):
+            continue
+        per = list(row["replicates"].values())
+        runs = len(per)
+        n = per[0]["n"]
+        v = sum(d["gained"] + d["lost"] - (d["gained"] - d["lost"]) ** 2 / d["n"] for d in per) / sum(d["n"] for d in per)
+        head = row["arm"]
+        shares = any(d["pairing"] != "as stated" for d in per)
+        sources = [run_source(preset, head, row["k"], shares), run_source(preset, row["reference"], row["reference_k"] or 0, shares)]
+        parts = [comp[src]["var"] for src in sources]
+        sd_components = math.sqrt(sum(parts) + v / n) if None not in parts and n else None
+        sd_spread = (row.get("pooled") or {}).get("sd")
+        sd = max(x for x in (sd_components, sd_spread) if x is not None) if (sd_components or sd_spread) else None
+        power: dict[str, Any] = {"sources": sources, "task_variance": v, "n": n, "sd_components": sd_components,
+                                 "sd_spread": sd_spread, "sd": sd, "effect": effect, "runs": runs}
+        if effect and sd:
+            power.update({"power": t_power(effect, sd, runs), "runs_needed": runs_needed(effect, sd),
+                          "runs_needed_many_tasks": runs_needed(effect, math.sqrt(sum(parts)))
+                          if None not in parts and sum(parts) > 0 else None})
+        row["power"] = power
+        target = row.get("pooled") or per[0]
+        significant = target["significant"]
+        if not row.get("pooled") and sd_components:  # one run: its interval leaves the run-to-run variance out
+            # delta +- z * sd_components: the z-interval at the components' standard deviation of one run's difference
+            half = Z95 * sd_components
+            row["with_run_variance"] = {"ci_low": target["delta"] - half, "ci_high": target["delta"] + half}
+            significant = significant and (target["delta"] - half > 0 or target["delta"] + half < 0)
+        if significant:
+            row["verdict"] = "yes"
+        elif effect and power.get("power") is not None and power["power"] < 0.8:
+            row["verdict"] = "underpowered"
+        else:
+            row["verdict"] = "no"
+    return {"components": comp, "minimal_effect": effect, "runs": preset.runs}
+
+
+def commits_in_history(commits: list[str]) -> dict[str, Any]:
+    """Which of an arm's recorded code commits this checkout's history holds (`git merge-base --is-ancestor
+    COMMIT HEAD`): an arm ran at a commit that is not there cannot be rerun from the repository. `checked` is
+    False where git cannot answer (no git, not a checkout)."""
+    missing = []
+    try:  # a shallow clone lacks old commits that the repository has: no answer there
+        shallow = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--is-shallow-repository"],
+                                 capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return {"checked": False, "missing_commits": []}
+    if shallow.returncode != 0 or shallow.stdout.strip() != "false":
+        return {"checked": False, "missing_commits": []}
+    for c in commits:
+        try:
+            rc = subprocess.run(["git", "-C", str(REPO_ROOT), "merge-base", "--is-ancestor", c, "HEAD"],
+                                capture_output=True, timeout=30).returncode
+        except (OSError, subprocess.SubprocessError):
+            return {"checked": False, "missing_commits": []}
+        if rc != 0:
+            missing.append(c)
+    return {"checked": True, "missing_commits": missing}
 
 
 def supersedes(record: dict[str, Any], committed: dict[str, Any]) -> bool:

@@ -139,20 +139,22 @@ def test_the_control_trains_exactly_the_controlled_arms_steps_whatever_the_k_abo
     assert cfg.max_steps == 41 and planned_steps(300, cfg) == 41  # not rounded to whole passes
 
 
-def test_replicates_pool_with_a_two_level_bootstrap():
-    from flywheel.core.quality import paired_difference, replicate_difference
+def test_replicates_pool_with_a_hierarchical_bootstrap():
+    from flywheel.core.quality import hierarchical_difference, paired_difference
 
     tasks = [f"t{i}" for i in range(40)]
     old = {t: i < 10 for i, t in enumerate(tasks)}
     reps = [{t: i < 10 + g for i, t in enumerate(tasks)} for g in (8, 12, 16)]  # +20, +30, +40 points
-    pooled = replicate_difference(reps, old)
-    assert pooled["n"] == 40 and pooled["replicates"] == 3
+    pooled = hierarchical_difference([(r, old) for r in reps])
+    assert pooled["n"] == 40 and pooled["runs"] == 3
     assert abs(pooled["delta"] - 0.3) < 1e-9 and pooled["ci_low"] < 0.3 < pooled["ci_high"] and pooled["significant"]
-    assert [round(r, 3) for r in pooled["replicate_rates"]] == [0.45, 0.55, 0.65] and abs(pooled["spread"] - 0.2) < 1e-9
+    assert [round(r, 3) for r in pooled["per_run"]] == [0.2, 0.3, 0.4] and abs(pooled["spread"] - 0.2) < 1e-9
+    # t over the three run differences: 30 +- 4.303 * 10 / sqrt(3)
+    assert abs(pooled["t_ci_low"] - (0.3 - 4.302653 * 0.1 / 3 ** 0.5)) < 1e-5
     one = paired_difference(reps[1], old)
     assert abs(one["delta"] - pooled["delta"]) < 1e-9
     # A replicate that lost everything pulls the pooled estimate down: one lucky run is no longer the answer.
-    split = replicate_difference([reps[0], {t: False for t in tasks}, reps[2]], old)
+    split = hierarchical_difference([(reps[0], old), ({t: False for t in tasks}, old), (reps[2], old)])
     assert abs(split["delta"] - (0.2 - 0.25 + 0.4) / 3) < 1e-9 and not split["significant"]
     assert paired_difference(reps[2], old)["significant"]
 
@@ -165,7 +167,7 @@ def test_a_claim_not_run_names_the_arms_without_an_evaluation():
     from flywheel.reports.results import claims
 
     preset = SimpleNamespace(compare=[("sft", 0, "base", 0), ("bpo", 2, "base", 0)], replicates={},
-                             arm_sections=lambda arm: {})
+                             arm_sections=lambda arm: {}, arms={"base": {}, "sft": {}, "bpo": {}})
     records = {"base": {"outcomes": {"0|seen": {"t1": [1, 1], "t2": [0, 1]}}}, "sft": {"outcomes": {}}}
     rows = claims(preset, records)
     assert [(r["arm"], r["status"], r["missing"]) for r in rows] == [("sft", "not run yet", ["sft"]),
@@ -178,7 +180,8 @@ def test_a_claim_pairs_average_reward_over_the_same_tasks_as_success():
 
     from flywheel.reports.results import claims
 
-    preset = SimpleNamespace(compare=[("bpo", 2, "base", 0)], replicates={}, arm_sections=lambda arm: {})
+    preset = SimpleNamespace(compare=[("bpo", 2, "base", 0)], replicates={}, arm_sections=lambda arm: {},
+                             arms={"base": {}, "bpo": {}})
     records = {"base": {"outcomes": {"0|unseen": {"t1": [0, 0.5], "t2": [0, 0.25], "t3": [1, 1.0]}}},
                "bpo": {"outcomes": {"2|unseen": {"t1": [1, 1.0], "t2": [0, 0.75], "t4": [1, 1.0]}}}}
     [row] = claims(preset, records)

@@ -1,0 +1,104 @@
+"""Every paired claim pairs a run with its own k=0 and its own control (flywheel.reports.results.reference_for),
+checks by the k=0 weights' hash that they share a block, and states its power; arms whose code commit is not in
+the repository's history are marked."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+
+import pytest
+
+from flywheel.config.presets import RESULTS_DIR, load_preset, parse_claim
+from flywheel.config.validation import ConfigurationError
+from flywheel.core.provenance import read_arm
+from flywheel.core.settings import REPO_ROOT
+from flywheel.reports.results import claims, commits_in_history, design
+
+
+def _committed(name: str, compare: list[str]):
+    preset = load_preset(name)
+    preset = dataclasses.replace(preset, compare=[parse_claim(c, preset.arms, where="test") for c in compare])
+    records = {a: r for a in preset.arms if (r := read_arm(RESULTS_DIR / name, a)) is not None}
+    return preset, records
+
+
+def test_replicates_are_paired_with_their_own_k0_and_their_own_control():
+    """bpo-r2 retrained its k=0 (27/100) and bpo-r3 started from it; bpo's k=0 solved 13/100. Against the k=0
+    they are +15 and +25 (not +29 and +39 against bpo's); against the control, bpo-r2 and bpo-r3 pair with
+    sft-control-r2 (bpo-r2's own control; the control from bpo-r3's k=0 weights), bpo with sft-control."""
+    preset, records = _committed("cpu-comparison-scienceworld", ["bpo@2 vs bpo-stage2@0", "bpo@2 vs sft-control@2"])
+    rows = {(r["reference"], r["split"]): r for r in claims(preset, records)}
+    k0 = rows[("bpo-stage2", "all")]
+    assert {m: d["paired_with"] for m, d in k0["replicates"].items()} == {
+        "bpo": "bpo-stage2", "bpo-r2": "bpo-r2", "bpo-r3": "bpo-r2"}
+    assert [round(100 * d["delta"]) for d in k0["replicates"].values()] == [30, 15, 25]
+    assert all(d["block"].startswith("same k=0") for d in k0["replicates"].values())
+    control = rows[("sft-control", "all")]
+    assert {m: d["paired_with"] for m, d in control["replicates"].items()} == {
+        "bpo": "sft-control", "bpo-r2": "sft-control-r2", "bpo-r3": "sft-control-r2"}
+    assert [round(100 * d) for d in control["pooled"]["per_run"]] == [4, 1, 11]
+    assert control["pooled"]["references"] == ["sft-control", "sft-control-r2"]
+
+
+def test_a_control_on_other_k0_weights_is_another_block():
+    """The WebShop control retrained its k=0 on another machine (another sha256): the claim says so."""
+    preset, records = _committed("cpu-comparison-webshop", ["bpo@2 vs sft-control@2"])
+    [row] = claims(preset, records)
+    assert row["replicates"]["bpo"]["block"].startswith("**other blocks**")
+
+
+def test_the_design_states_each_claims_power_and_says_underpowered():
+    """From the committed ScienceWorld runs: evaluation of identical weights (eto-dpo and grpo at k=0) flips 3
+    of 100 tasks, two runs from one k=0 disagree on 18; +7 points at 80% needs 12 runs per arm against the
+    control (7.9 points sd of a run's difference), and three runs are underpowered."""
+    preset, records = _committed("cpu-comparison-scienceworld", ["bpo@2 vs sft-control@2"])
+    rows = claims(preset, records)
+    des = design(preset, records, rows)
+    ev = des["components"]["evaluation"]["pairs"]
+    assert [(p["arms"], p["gained"] + p["lost"]) for p in ev] == [(["eto-dpo", "grpo"], 3)]
+    assert {p["discordant"] for p in des["components"]["rollouts"]["pairs"]} == {0.18}
+    row = next(r for r in rows if r["split"] == "all")
+    assert row["power"]["runs_needed"] == 12 and round(100 * row["power"]["sd"], 1) == 7.9
+    assert row["verdict"] == "underpowered" and row["power"]["power"] < 0.2
+
+
+def test_arms_whose_commit_is_not_in_history_are_marked():
+    head = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    got = commits_in_history([head, "0" * 40])
+    if not got["checked"]:
+        pytest.skip("no full git history here (a shallow clone or no git)")
+    assert got["missing_commits"] == ["0" * 40]
+    results = RESULTS_DIR / "cpu-comparison-scienceworld"
+    for arm in ("react-sft", "react-sft-1pass"):  # ran at commits the history does not hold
+        assert commits_in_history(read_arm(results, arm)["provenance"]["commits"])["missing_commits"]
+    assert not commits_in_history(read_arm(results, "bpo")["provenance"]["commits"])["missing_commits"]
+
+
+def test_minimal_effect_and_runs_are_checked_where_the_preset_is_built(tmp_path):
+    base = (REPO_ROOT / "experiments" / "cpu-scienceworld-quick.yaml").read_text()
+    for line, match in (("minimal_effect: 7", "minimal_effect must be a number > 0 and <= 1"),
+                        ("runs: 0", "runs must be an integer in 1..1000")):
+        path = tmp_path / "p.yaml"
+        path.write_text(base + f"\n{line}\n")
+        with pytest.raises(ConfigurationError, match=match):
+            load_preset(str(path))
+    path.write_text(base + "\nminimal_effect: 0.07\nruns: 12\n")
+    preset = load_preset(str(path))
+    assert (preset.minimal_effect, preset.runs) == (0.07, 12)
+
+
+def test_the_report_shows_per_run_differences_the_pooled_interval_its_method_and_underpowered():
+    from flywheel.reports.render import render_claims, render_design
+
+    preset, records = _committed("cpu-comparison-scienceworld", ["bpo@2 vs sft-control@2"])
+    rows = claims(preset, records)
+    results = {"claims": rows, "design": design(preset, records, rows)}
+    md = "\n".join(render_claims(rows) + render_design(results, preset))
+    pooled = next(line for line in md.splitlines() if "| all | pooled over 3 runs" in line)
+    assert "per run +4, +1, +11; sd 5.1, spread 10 pts" in pooled
+    assert "+5.3 [-3.0, +15.0]; t over runs [-7.4, +18.1]" in pooled
+    assert "underpowered (15% power for +7 at 3 run(s); 12 runs per arm for 80%)" in pooled
+    assert "`sft-control`, `sft-control-r2`" in pooled
+    assert "hierarchical bootstrap interval (runs with replacement, then the tasks" in md
+    assert "| `eto-dpo` vs `grpo` | 0 | 100 | -1 | 3 (3%) |" in md
