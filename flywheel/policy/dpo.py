@@ -32,9 +32,10 @@ from typing import Any
 from flywheel.core.options import option
 from flywheel.core.prompting import Message, PromptShape, history_from_steps, react_messages
 from flywheel.core.trajectory import Trajectory
+from flywheel.policy.logging_targets import log_callbacks, report_to, report_to_option
 from flywheel.policy.models import cpu_has_bf16, load_tokenizer, require_model
 from flywheel.policy.packing import DEFAULT_PACKING, packs_logps, use_packed_attention
-from flywheel.policy.sft import _ProgressCallback, episode_packs, keep_fitting, quiet, unpublished_dirs
+from flywheel.policy.sft import _progress_callback, episode_packs, keep_fitting, quiet, unpublished_dirs
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class DPOSettings:
     history_window: int | None = option(None, help="past steps a prompt keeps (the policy's; packing tree only)")
     packing: str = option(DEFAULT_PACKING, help='"tree": each agent turn scored under its own rollout prompt, packed; '
                                        '"per_step": a trajectory as one transcript (the policy\'s packing)')
+    report_to: str = report_to_option()
 
 
 @dataclass(frozen=True)
@@ -276,18 +278,20 @@ def train_dpo(
         output_dir=str(work / "trainer"), beta=cfg.beta, learning_rate=cfg.learning_rate,
         num_train_epochs=cfg.epochs, max_steps=cfg.max_steps, per_device_train_batch_size=cfg.batch_size,
         max_length=None, remove_unused_columns=False, lr_scheduler_type="constant", warmup_steps=0,
-        logging_steps=1, save_strategy="no", report_to="none", seed=cfg.seed, use_cpu=not torch.cuda.is_available(),
+        logging_steps=1, save_strategy="no", report_to=report_to(cfg.report_to), seed=cfg.seed,
+        use_cpu=not torch.cuda.is_available(),
         bf16=cfg.bf16 if cfg.bf16 is not None else (torch.cuda.is_available() or cpu_has_bf16()), disable_tqdm=True,
     )
     if packed:  # the packs stay Python objects: the dataset holds each pair's position, the collator its packs
         trainer = _packed_trainer_class()(
             model=str(start), args=args, train_dataset=Dataset.from_list([{"pair": i} for i in range(len(kept))]),
             processing_class=tok, data_collator=lambda batch: _packed_batch([kept[b["pair"]] for b in batch]),
-            callbacks=[_ProgressCallback(progress)])
+            callbacks=[_progress_callback(progress)] + log_callbacks(cfg.report_to, work / "model"))
     else:
         trainer = _trainer_class()(
             model=str(start), args=args, train_dataset=Dataset.from_list(kept), processing_class=tok,
-            data_collator=_collator_class()(pad_token_id=tok.pad_token_id), callbacks=[_ProgressCallback(progress)],
+            data_collator=_collator_class()(pad_token_id=tok.pad_token_id),
+            callbacks=[_progress_callback(progress)] + log_callbacks(cfg.report_to, work / "model"),
         )
     result = quiet(trainer).train()
     trainer.model.save_pretrained(work / "model")

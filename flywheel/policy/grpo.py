@@ -51,6 +51,7 @@ from flywheel.core.options import option
 from flywheel.core.prompting import PromptShape
 from flywheel.core.trajectory import Trajectory
 from flywheel.policy.dpo import agent_tokens, transcript
+from flywheel.policy.logging_targets import ScalarLog, report_to_option
 from flywheel.policy.models import load_model, load_tokenizer, require_model
 from flywheel.policy.packing import DEFAULT_PACKING, packs_logps, use_packed_attention
 from flywheel.policy.sft import episode_packs, keep_fitting, unpublished_dirs
@@ -81,6 +82,7 @@ class GRPOSettings:
                                        '"per_step": the episode as one transcript (the policy\'s packing)')
     scale_rewards: bool = option(True, help="divide advantages by the group's reward std (GRPO); false: only "
                                             "centre them (Dr. GRPO)")
+    report_to: str = report_to_option()
 
 
 @dataclass(frozen=True)
@@ -228,6 +230,7 @@ def train_grpo(
         model.train()
     rng = random.Random(cfg.seed)
     losses, steps, started = [], 0, time.monotonic()
+    curve = ScalarLog(cfg.report_to, work / "model")  # the loss curve, in the checkpoint's folder
     for epoch in range(cfg.epochs):
         rng.shuffle(order)
         for s in range(0, len(order), cfg.batch_size):
@@ -237,8 +240,10 @@ def train_grpo(
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             steps += 1
+            curve.log(steps, loss=losses[-1])
             progress(f"grpo epoch {epoch + 1}/{cfg.epochs} step {steps} loss={losses[-1]:.4f} "
                      f"({time.monotonic() - started:.0f}s)")
+    curve.close()
     model.eval()
     model.save_pretrained(work / "model")
     tok.save_pretrained(work / "model")

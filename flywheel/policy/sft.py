@@ -32,6 +32,7 @@ from flywheel.core.options import Bound, option
 from flywheel.core.progress import progress_bar
 from flywheel.core.prompting import PromptShape, history_from_steps
 from flywheel.core.trajectory import Trajectory
+from flywheel.policy.logging_targets import log_callbacks, report_to, report_to_option
 from flywheel.policy.models import cpu_has_bf16, load_tokenizer, require_model
 from flywheel.policy.packing import (
     DEFAULT_PACKING,
@@ -118,6 +119,9 @@ class TrainConfig:
                    "into the checkpoint's .partial folder, so that a killed SFT resumes from its last save when it "
                    "is run again with the same model, examples and config (local SFT; 0: never save)",
         bound=Bound(0, 100_000, integer=False))
+
+    # Where the loss curve goes (flywheel.policy.logging_targets); not part of the training's identity.
+    report_to: str = report_to_option()
 
     def __post_init__(self) -> None:
         if self.packing not in PACKINGS:
@@ -221,6 +225,7 @@ def training_fingerprint(base_model: str | Path, examples: list[dict], cfg: Trai
             config.pop(name)
     config.pop("save_minutes")  # where the trainer saves its state, not what it trains
     config.pop("pack_tokens")  # how a step's examples are split into forward passes: the same loss either way
+    config.pop("report_to")  # where the loss curve is written, not what is trained
     # A micro-batch of the whole batch is how every checkpoint trained before the field existed; packed SFT's
     # micro-batches are its packs (bounded by max_length), whatever the field says.
     if (config.get("micro_batch_size") or cfg.batch_size) == cfg.batch_size or cfg.packing == "tree":
@@ -347,9 +352,9 @@ def train_sft(
         lr_scheduler_type="cosine",
         warmup_steps=0,
         logging_steps=1,
-        save_strategy="no",  # saves are _SaveEvery's, by the clock
+        save_strategy="no",  # saves are _save_every's, by the clock
         save_total_limit=1,
-        report_to="none",
+        report_to=report_to(cfg.report_to),
         seed=cfg.seed,
         use_cpu=not torch.cuda.is_available(),
         bf16=cfg.bf16 if cfg.bf16 is not None else (torch.cuda.is_available() or cpu_has_bf16()),
@@ -364,7 +369,8 @@ def train_sft(
 
         peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, target_modules="all-linear", task_type="CAUSAL_LM")
 
-    callbacks = [_ProgressCallback(progress)] + ([_SaveEvery(cfg.save_minutes)] if cfg.save_minutes else [])
+    callbacks = ([_progress_callback(progress)] + ([_save_every(cfg.save_minutes)] if cfg.save_minutes else [])
+                 + log_callbacks(cfg.report_to, work / "model"))
     computed_per_pass = sum(n for n, ok in zip(lengths, fits, strict=True) if ok)
     if packed:
         kept_ids = [t for t, ok in zip(tokenized, fits, strict=True) if ok]
@@ -536,7 +542,7 @@ def trim_heap() -> None:
 
 def quiet(trainer):
     """No `{'loss': ...}` dicts on stdout: with `disable_tqdm` the HF Trainer prints every log through its
-    PrinterCallback; the loss goes to `progress` (the run log) through _ProgressCallback instead."""
+    PrinterCallback; the loss goes to `progress` (the run log) through _progress_callback instead."""
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)
@@ -556,45 +562,50 @@ def _InOrderSFTTrainer():
     return InOrderSFTTrainer
 
 
-def _progress_callback_base():
+def _progress_callback(progress: Callable[[str], None]):
+    """A TrainerCallback that sends each step's loss to `progress` and draws a terminal bar (transformers is
+    imported here, when a trainer is built, not when this module is: `report` and the CLI stay light)."""
     from transformers import TrainerCallback
 
-    return TrainerCallback
+    class ProgressCallback(TrainerCallback):
+        def __init__(self) -> None:
+            self.bar = None  # a terminal bar (steps, rate, ETA); silent when stderr is not a TTY
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.bar = progress_bar(state.max_steps, "sft", unit="step")
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.bar is not None:
+                self.bar.update(state.global_step - self.bar.n)
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if self.bar is not None:
+                self.bar.close()
+                self.bar = None
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:
+                progress(f"sft step {state.global_step}/{state.max_steps} loss={logs['loss']:.4f}")
+
+    return ProgressCallback()
 
 
-class _ProgressCallback(_progress_callback_base()):
-    def __init__(self, progress: Callable[[str], None]) -> None:
-        self.progress = progress
-        self.bar = None  # a terminal bar (steps, rate, ETA); silent when stderr is not a TTY
+def _save_every(minutes: float):
+    """A TrainerCallback that asks the Trainer to save its whole state (into `output_dir`, the `.partial` folder)
+    when `minutes` have passed since the start or the last save; not at the last step, whose weights are
+    published anyway."""
+    from transformers import TrainerCallback
 
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.bar = progress_bar(state.max_steps, "sft", unit="step")
+    class SaveEvery(TrainerCallback):
+        def __init__(self) -> None:
+            self.seconds = minutes * 60
+            self.last = time.monotonic()
 
-    def on_step_end(self, args, state, control, **kwargs):
-        if self.bar is not None:
-            self.bar.update(state.global_step - self.bar.n)
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step < state.max_steps and time.monotonic() - self.last >= self.seconds:
+                control.should_save = True
 
-    def on_train_end(self, args, state, control, **kwargs):
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
+        def on_save(self, args, state, control, **kwargs):
+            self.last = time.monotonic()
 
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs and "loss" in logs:
-            self.progress(f"sft step {state.global_step}/{state.max_steps} loss={logs['loss']:.4f}")
-
-
-class _SaveEvery(_progress_callback_base()):
-    """Asks the Trainer to save its whole state (into `output_dir`, the `.partial` folder) when `minutes` have
-    passed since the start or the last save; not at the last step, whose weights are published anyway."""
-
-    def __init__(self, minutes: float) -> None:
-        self.seconds = minutes * 60
-        self.last = time.monotonic()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step < state.max_steps and time.monotonic() - self.last >= self.seconds:
-            control.should_save = True
-
-    def on_save(self, args, state, control, **kwargs):
-        self.last = time.monotonic()
+    return SaveEvery()
