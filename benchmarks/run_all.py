@@ -29,6 +29,7 @@ SCRIPTS = {
     "ray_rollouts": [],
     "vllm_rollouts": [],
     "sft_memory": [],
+    "sft_packing": [],
 }
 # Scripts that need something `make install` does not build: skipped, naming the fix, when it is missing.
 REQUIRES = {"vllm_rollouts": (HERE.parent / ".venv-vllm" / "bin" / "python", "run `make vllm` first")}
@@ -89,6 +90,14 @@ def headline(name: str, data: dict) -> list:
         return [f"SFT peak RSS, steps of {data['batch_size']} (micro-batch {data['lowest_peak_micro_batch']})",
                 f"{mib / 1024:.1f} GiB; step time whole-batch / micro: {ratio}x", "< 8 GiB, >= 1x",
                 str(mib < data["target_mib"] and (ratio or 0) >= 1)]
+    if name == "sft_packing":
+        rows = get("results", default=[])
+        cells = "; ".join(f"{r['preset']}: tokens {r['token_ratio']:.2f}x, wall {r['step_time_ratio']:.2f}x"
+                          for r in rows)
+        gated = [r for r in rows if "webshop" not in r["preset"]]  # WebShop is reported, not targeted
+        met = bool(gated) and all(r["token_ratio"] >= 2 and r["step_time_ratio"] >= 1.8 for r in gated)
+        return ["packed SFT vs per step, identical steps (per step / packed)", cells,
+                ">= 2x tokens, >= 1.8x wall (ScienceWorld, ALFWorld)", str(met)]
     if name == "webshop_oracle":
         mism = sum(get("differential", "project_vs_reference_mismatches", default={}).values())
         o = get("oracle", default={})
