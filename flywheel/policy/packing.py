@@ -105,15 +105,23 @@ class Pack:
             self.examples.append(example)
 
 
+# An example joins the current pack only when the pack already holds at least this share of its tokens. The
+# system message alone is 24-59% of an example on the presets' k=0 sets (median share 36-82%), so related examples
+# still pack; unrelated ones get packs of their own, and a pack never holds more activations than sharing pays for.
+MIN_SHARED = 0.2
+
+
 def pack(tokenized: Sequence[tuple[Sequence[int], int]], max_tokens: int) -> list[Pack]:
-    """Packs of at most `max_tokens` tokens holding `tokenized` ((ids, answer start) per example), in order.
+    """Packs of at most `max_tokens` tokens holding `tokenized` ((ids, answer start) per example), in order: an
+    example starts a new pack when it would not fit, or when the current pack shares less than `MIN_SHARED` of it.
 
     An example longer than `max_tokens` is an error (SFT drops those before packing, never truncates)."""
     packs = [Pack()]
     for i, (ids, start) in enumerate(tokenized):
         if len(ids) > max_tokens:
             raise ValueError(f"example {i} has {len(ids)} tokens, more than the pack budget of {max_tokens}")
-        if len(packs[-1]) + packs[-1].new_tokens(ids) > max_tokens:
+        new = packs[-1].new_tokens(ids)
+        if len(packs[-1]) and (len(packs[-1]) + new > max_tokens or len(ids) - new < MIN_SHARED * len(ids)):
             packs.append(Pack())
         packs[-1].add(ids, start, i)
     return [p for p in packs if len(p)]

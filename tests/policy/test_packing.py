@@ -190,6 +190,9 @@ def test_packs_split_at_example_boundaries_each_with_its_own_trunk():
     assert sorted(e for p in packs for e in p.examples) == [0, 1, 2, 3, 4]  # every answer, whole, once
     with pytest.raises(ValueError, match="more than the pack budget"):
         pack([([1] * 9, 8)], 8)
+    # examples that share (almost) nothing get packs of their own: no more activations in one pass than per step
+    unrelated = [([1, 10 + i, 20 + i, 30 + i, 40 + i, 50 + i], 5) for i in range(3)]
+    assert [len(p) for p in pack(unrelated, 100)] == [6, 6, 6]
 
 
 def test_steps_count_examples_as_per_step_sft_and_keep_trajectories_together():
