@@ -1,4 +1,4 @@
-"""Benchmark: peak memory and step time of SFT by micro-batch size (`policy.micro_batch_size`).
+"""Benchmark: peak memory and step time of SFT by micro-batch size (`policy.micro_batch_size`), and packed.
 
 The same examples, model, seed and optimizer steps of `--batch-size` examples; only the number of examples per
 forward/backward pass changes (the rest of a step is gradient accumulation, the loss still the mean over every
@@ -7,7 +7,11 @@ completion token of the step). Each configuration trains in its own fresh proces
 one, synthetic prompt/completion pairs at the length of cpu-comparison-scienceworld's longest k=0 examples
 (850-1,000 tokens with the chat template: the batches that set the peak).
 
-    .venv/bin/python benchmarks/sft_memory.py                 # synthetic, steps of 8, micro-batches 8, 2, 1
+Micro-batches are per-step SFT's (`policy.packing: per_step`); "tree" is packed SFT (`packing: tree`), whose
+passes are its packs. Synthetic examples share nothing, so packing gains nothing here: this measures that a
+pack then holds one example, as micro-batch 1 does.
+
+    .venv/bin/python benchmarks/sft_memory.py                 # synthetic, steps of 8, micro-batches 8, 2, 1, tree
     .venv/bin/python benchmarks/sft_memory.py --store runs/experiments/cpu-comparison-scienceworld/bpo-stage2/flywheel.duckdb
 """
 
@@ -61,8 +65,10 @@ def child(args: argparse.Namespace) -> int:
         if msg.startswith("sft step"):
             marks.append(time.monotonic())
 
-    cfg = TrainConfig(epochs=1.0, learning_rate=2e-4, batch_size=args.batch_size, micro_batch_size=args.micro,
-                      max_length=args.max_length, max_steps=args.steps, order="given", whole_passes=False)
+    packed = args.micro == "tree"
+    cfg = TrainConfig(epochs=1.0, learning_rate=2e-4, batch_size=args.batch_size,
+                      micro_batch_size=None if packed else int(args.micro), max_length=args.max_length,
+                      max_steps=args.steps, order="given", whole_passes=False, packing="tree" if packed else "per_step")
     with tempfile.TemporaryDirectory() as tmp:
         started = time.monotonic()
         result = train_sft(args.model, examples, Path(tmp) / "ck", cfg, progress=progress)
@@ -82,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=str(SMOLLM2_DIR))
     ap.add_argument("--steps", type=int, default=3, help="optimizer steps per configuration (the first is warm-up)")
     ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--micro", type=int, nargs="+", default=[8, 2, 1], help="micro-batch sizes to compare")
+    ap.add_argument("--micro", nargs="+", default=["8", "2", "1", "tree"],
+                    help="per-step micro-batch sizes to compare, and 'tree' for packed SFT")
     ap.add_argument("--max-length", type=int, default=1024)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--examples", default=None, help=argparse.SUPPRESS)
@@ -115,16 +122,20 @@ def main(argv: list[str] | None = None) -> int:
                    "--max-length", str(args.max_length)]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
             runs.append(json.loads(out.strip().splitlines()[-1]))
-    print_table(f"SFT steps of {args.batch_size} ({source}, max_length {args.max_length}, float32)",
+    from flywheel.policy.models import cpu_has_bf16
+
+    dtype = "bf16 autocast" if cpu_has_bf16() else "float32"
+    print_table(f"SFT steps of {args.batch_size} ({source}, max_length {args.max_length}, {dtype})",
                 ["micro-batch", "peak RSS MiB", "step seconds (after the first)", "median", "train loss"],
                 [[r["micro_batch_size"], r["peak_rss_mib"], r["step_s"], r["median_step_s"], r["train_loss"]]
                  for r in runs])
-    whole = next((r for r in runs if r["micro_batch_size"] == args.batch_size), runs[0])
+    whole = next((r for r in runs if str(r["micro_batch_size"]) == str(args.batch_size)), runs[0])
     best = min(runs, key=lambda r: r["peak_rss_mib"])
     speed = round(whole["median_step_s"] / best["median_step_s"], 2) if whole["median_step_s"] and best["median_step_s"] else None
     print(f"\nmicro-batch {best['micro_batch_size']}: peak {best['peak_rss_mib']} MiB "
           f"(target < {TARGET_GIB * 1024:.0f}); step time ratio whole-batch / micro-batch: {speed}x")
     write_json("sft_memory", {"source": source, "batch_size": args.batch_size, "max_length": args.max_length,
+                              "dtype": dtype,
                               "runs": runs, "lowest_peak_micro_batch": best["micro_batch_size"],
                               "lowest_peak_mib": best["peak_rss_mib"], "speed_ratio_whole_over_micro": speed,
                               "target_mib": TARGET_GIB * 1024})
