@@ -45,6 +45,7 @@ class PolicyResource(dg.ConfigurableResource):
     group_by_length: bool = same_as(TrainConfig, "group_by_length")
     packing: str = same_as(TrainConfig, "packing")
     pack_tokens: int = same_as(TrainConfig, "pack_tokens")
+    bf16: bool | None = same_as(TrainConfig, "bf16")
     whole_passes: bool = same_as(TrainConfig, "whole_passes")
     save_minutes: float = same_as(TrainConfig, "save_minutes")
     seed: int = same_as(TrainConfig, "seed")

@@ -32,7 +32,8 @@ def test_given_order_reaches_the_trainer_batches(tmp_path, tiny, monkeypatch):
     monkeypatch.setattr(training, "_InOrderSFTTrainer", capturing_trainer)
     order = [3, 0, 5, 1, 4, 2]
     rows = sft_examples([marked(i) for i in order], lambda _t: "instr")
-    train_sft(tiny, rows, tmp_path / "ck", TrainConfig(epochs=1, batch_size=2, learning_rate=1e-3, order="given"))
+    train_sft(tiny, rows, tmp_path / "ck", TrainConfig(epochs=1, batch_size=2, learning_rate=1e-3, order="given",
+                                                       packing="per_step"))
     tok = load_tokenizer(tiny)
     seen = []
     for batch in captured:
@@ -42,6 +43,25 @@ def test_given_order_reaches_the_trainer_batches(tmp_path, tiny, monkeypatch):
     assert seen == order
 
 
+def test_given_order_reaches_the_packed_trainer_steps(tmp_path, tiny, monkeypatch):
+    """Packed SFT walks the same order: each optimizer step's examples, step after step."""
+    captured = []
+    real = training._packed_trainer_class
+
+    def capturing_trainer():
+        class Capturing(real()):
+            def training_step(self, model, inputs, *args, **kwargs):
+                captured.append(list(inputs["examples"]))
+                return super().training_step(model, inputs, *args, **kwargs)
+
+        return Capturing
+
+    monkeypatch.setattr(training, "_packed_trainer_class", capturing_trainer)
+    order = [3, 0, 5, 1, 4, 2]
+    rows = sft_examples([marked(i) for i in order], lambda _t: "instr")
+    train_sft(tiny, rows, tmp_path / "ck", TrainConfig(epochs=1, batch_size=2, learning_rate=1e-3, order="given"))
+    assert captured == [[0, 1], [2, 3], [4, 5]]
+    assert [int(rows[i]["task_id"].removeprefix("task")) for step in captured for i in step] == order
 
 
 def _run_sft(tmp_path, monkeypatch, curriculum, k=0):

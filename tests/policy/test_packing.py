@@ -230,7 +230,7 @@ def test_packing_is_part_of_the_fingerprint_and_per_step_hashes_as_before():
 
     config = dataclasses.asdict(per_step)
     config.update(config.pop("prompt"))
-    for name in ("history_mode", "group_by_length", "packing", "save_minutes", "pack_tokens"):  # as before them
+    for name in ("history_mode", "group_by_length", "packing", "save_minutes", "pack_tokens", "report_to"):
         config.pop(name)
     payload = json.dumps({"base_model": "m", "config": config,
                           "examples": [[r["prompt"], r["completion"]] for r in rows]}, sort_keys=True, default=str)
