@@ -42,7 +42,8 @@ def _train_loop(config: dict[str, Any]) -> None:
                            progress=lambda line: log.info("rank %s: %s", rank, line))
         metrics = {"train_loss": result.train_loss, "steps": result.steps, "n_examples": result.n_examples,
                    "n_dropped": result.n_dropped, "dropped": list(result.dropped), "world_size": result.world_size,
-                   "tokens_per_pass": result.tokens_per_pass, "answer_tokens": list(result.answer_tokens)}
+                   "tokens_per_pass": result.tokens_per_pass, "answer_tokens": list(result.answer_tokens),
+                   "computed_tokens_per_pass": result.computed_tokens_per_pass}
         checkpoint = ray.train.Checkpoint.from_directory(result.path) if rank == 0 else None
         ray.train.report(metrics, checkpoint=checkpoint)
 
@@ -101,4 +102,5 @@ def train_sft_on_ray(
                        train_loss=float(metrics["train_loss"]), steps=int(metrics["steps"]),
                        dropped=tuple(metrics.get("dropped", ())), world_size=int(metrics.get("world_size", 1)),
                        tokens_per_pass=int(metrics.get("tokens_per_pass", 0)),
+                       computed_tokens_per_pass=int(metrics.get("computed_tokens_per_pass", 0)),
                        answer_tokens=tuple(int(n) for n in metrics.get("answer_tokens", ())))
