@@ -732,6 +732,7 @@ def main(argv: list[str] | None = None) -> int:
     stoppable_by_sigterm()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # the instance's schema check: "Context impl SQLiteImpl."
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one "HTTP Request: POST ... 200 OK" line per generation
     try:
         profile_of(args)  # a bad profile: one line naming the fix, before any work
         return args.fn(args)

@@ -115,6 +115,9 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
                       + ("; **not reproducible from history** (commit(s) "
                          + ", ".join(c[:12] for c in res["reproducible"]["missing_commits"]) + " not in it)"
                          if (res.get("reproducible") or {}).get("missing_commits") else "")
+                      + ("; ran with uncommitted edits to tracked files at " + ", ".join(
+                          c[:12] for c in res["reproducible"]["dirty_commits"])
+                         if (res.get("reproducible") or {}).get("dirty_commits") else "")
                       + (f"; **k=0 retrained here differs from arm `{prov['k0_drift']['retrained_for']}`'s**"
                          if prov.get("k0_drift") else "") + ".", ""]
         splits = res["splits"]

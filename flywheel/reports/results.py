@@ -445,14 +445,15 @@ def commits_in_history(commits: list[str]) -> dict[str, Any]:
     if shallow.returncode != 0 or shallow.stdout.strip() != "false":
         return {"checked": False, "missing_commits": []}
     for c in commits:
-        try:
-            rc = subprocess.run(["git", "-C", str(REPO_ROOT), "merge-base", "--is-ancestor", c, "HEAD"],
-                                capture_output=True, timeout=30).returncode
+        try:  # "+dirty" (provenance.code_commit): the commit plus uncommitted edits, said apart below
+            rc = subprocess.run(["git", "-C", str(REPO_ROOT), "merge-base", "--is-ancestor", c.removesuffix("+dirty"),
+                                 "HEAD"], capture_output=True, timeout=30).returncode
         except (OSError, subprocess.SubprocessError):
             return {"checked": False, "missing_commits": []}
         if rc != 0:
             missing.append(c)
-    return {"checked": True, "missing_commits": missing}
+    return {"checked": True, "missing_commits": missing,
+            "dirty_commits": sorted({c for c in commits if c.endswith("+dirty")})}
 
 
 def supersedes(record: dict[str, Any], committed: dict[str, Any]) -> bool:

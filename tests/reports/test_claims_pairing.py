@@ -69,6 +69,9 @@ def test_arms_whose_commit_is_not_in_history_are_marked():
     if not got["checked"]:
         pytest.skip("no full git history here (a shallow clone or no git)")
     assert got["missing_commits"] == ["0" * 40]
+    # a run with uncommitted edits records "<commit>+dirty": in history, and said to be dirty
+    dirty = commits_in_history([head + "+dirty"])
+    assert dirty["missing_commits"] == [] and dirty["dirty_commits"] == [head + "+dirty"]
     results = RESULTS_DIR / "cpu-comparison-scienceworld"
     for arm in ("react-sft", "react-sft-1pass"):  # ran at commits the history does not hold
         assert commits_in_history(read_arm(results, arm)["provenance"]["commits"])["missing_commits"]
