@@ -58,16 +58,17 @@ def _weights_hash(path: str) -> str | None:
         return None
 
 
-def gated_trajectories(db: Store, ids: list[str], *, drop_invalid_steps: bool = False) -> list[Trajectory]:
+def gated_trajectories(db: Store, ids: list[str], *, drop_invalid_steps: bool) -> list[Trajectory]:
     """The gated trajectories `ids`, as the gate compared them and SFT trains on them: without the steps the
-    env rejected when `drop_invalid_steps` (`LoopResource.gate_drops_invalid_steps`)."""
+    env rejected when `drop_invalid_steps` (`LoopResource.gate_drops_invalid_steps`, whose default is the one
+    default: callers pass the loop's value, so this takes none)."""
     trajs = db.load_trajectories(ids) if ids else []
     return [without_invalid_steps(t) for t in trajs] if drop_invalid_steps else trajs
 
 
 def training_set(
     db: Store, benchmark: str, iteration: int, *, include_synthetic: bool = True, refine_from: str = "base",
-    seed: int = 0, replay: str = "all", drop_invalid_steps: bool = False,
+    seed: int = 0, replay: str = "all", drop_invalid_steps: bool,
 ) -> tuple[list[Trajectory], dict[str, int]]:
     """Seeds and curriculum, then the gated successes of iterations < k (through the store).
 

@@ -145,9 +145,7 @@ def check_options(values: dict[str, Any], *, bounds: dict[str, Bound], names: di
         if bound is None or value is None:
             continue
         if not bound.allows(value):
-            why = f" ({bound.why})" if bound.why else ""
-            raise ConfigurationError(f"{shown(key)} must be {bound.describe()}{why}, got {value!r}: "
-                                     f"set {shown(key)} within that range.")
+            raise ConfigurationError(bound.refusal(shown(key), value))
     if "dtype" in values and values["dtype"] not in DTYPES:
         raise ConfigurationError(f"{shown('dtype')} must be one of {', '.join(DTYPES)}, got {values['dtype']!r}: "
                                  f"set {shown('dtype')} to one of them.")

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from flywheel.core.options import option
+from flywheel.core.options import Bound, check_bounds, option
 
 Action = Literal["continue", "stop"]
 
@@ -30,16 +30,17 @@ class StopRules:
     """When the loop stops: at K, or when the gated set or seen success stop growing (not the LLM policy)."""
 
     max_iteration: int  # K: iterations 0..K
-    patience: int = option(2, help="iterations in a row without progress before the loop stops")
-    min_new_successes: int = option(1, help="an iteration that gates fewer new successes made no progress")
+    patience: int = option(2, help="iterations in a row without progress before the loop stops",
+                           bound=Bound(1, 1_000))
+    min_new_successes: int = option(1, help="an iteration that gates fewer new successes made no progress",
+                                    bound=Bound(0, 1_000_000))
     min_improvement: float = option(0.0, help="seen-split success must improve by more than this to count as "
-                                              "progress")
+                                              "progress", bound=Bound(0, 1, integer=False, why="a success rate"))
 
     def __post_init__(self) -> None:
         if self.max_iteration < 0:
             raise ValueError(f"K (max_iteration) must be >= 0, got {self.max_iteration}")
-        if self.patience < 1:
-            raise ValueError(f"patience must be >= 1, got {self.patience}")
+        check_bounds(self)
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,11 @@ class Bound:
         extra = "".join(f" or {v} ({meaning})" for v, meaning in self.special)
         return f"{kind} {lo}{extra}"
 
+    def refusal(self, name: str, value: Any) -> str:
+        """The one-line error for `name` = `value` outside this bound: the field, its range and the fix."""
+        why = f" ({self.why})" if self.why else ""
+        return f"{name} must be {self.describe()}{why}, got {value!r}: set {name} within that range."
+
 
 def option(default: Any = MISSING, *, help: str, bound: Bound | None = None, sft0: bool = True,
            default_factory: Any = MISSING, hash: bool | None = None) -> Any:
@@ -62,6 +67,15 @@ def option_field(config: type, name: str) -> dataclasses.Field:
                 raise TypeError(f"{config.__name__}.{name} is not declared with option(help=...)")
             return f
     raise AttributeError(f"{config.__name__} has no field {name!r}")
+
+
+def check_bounds(config: Any, *, where: str = "") -> None:
+    """Every field of a plain config (declared with `option`) within its bound, as TRL's `__post_init__` checks:
+    a ValueError naming `where` + the field and its range. None is unset, allowed."""
+    for f in dataclasses.fields(config):
+        bound, value = f.metadata.get("bound"), getattr(config, f.name)
+        if bound is not None and value is not None and not bound.allows(value):
+            raise ValueError(bound.refusal(f"{where}{f.name}", value))
 
 
 def option_default(f: dataclasses.Field) -> Any:

@@ -117,7 +117,7 @@ def test_invalid_loop_config_fails_once(tmp_path, instance, fake_train):
     store_with_seeds(tmp_path / "fw.duckdb")
     result, dagster_run = run(instance, resources(tmp_path, loop=LoopResource(patience=0)), 0, ["sft_checkpoint"])
     assert not result.success and fake_train == []
-    assert "patience must be >= 1" in dagster_run.tags[FAIL_ONCE_TAG]
+    assert "loop.patience must be an integer in 1..1000" in dagster_run.tags[FAIL_ONCE_TAG]
     assert dagster_run.tags[WILL_RETRY_TAG] == "false" and not retried_by_daemon(instance, dagster_run)
 
 
