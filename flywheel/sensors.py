@@ -131,7 +131,7 @@ def _benchmark_tick(instance: dg.DagsterInstance, db: Store, rules: StopRules, b
         partition = str(partition_key(benchmark, k))
         row = rows.get(k) or {}
         decided = row.get("decision")
-        if decided == "stop" and str(row.get("reason", "")).startswith("budget") and k < rules.max_iteration:
+        if decided == "stop" and str(row.get("reason", "")).startswith("budget") and k < rules.iterations:
             if not dry_run:
                 db.clear_decision(benchmark, k)  # K was raised since: decide again
             decided = None

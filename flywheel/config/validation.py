@@ -56,12 +56,12 @@ def check_budget(k: int, *, max_partition: int | None = None) -> int:
     """K (iterations 0..K) must be >= 0 and, when the partition range is known, have a partition for every k."""
     if k < 0:
         raise ConfigurationError(
-            f"The iteration budget K must be >= 0, got {k}: set loop.max_iterations to 0 or more."
+            f"The iteration budget K must be >= 0, got {k}: set loop.iterations to 0 or more."
         )
     if max_partition is not None and k > max_partition:
         raise ConfigurationError(
             f"The iteration budget K = {k} exceeds the iteration partitions 0..{max_partition}: "
-            f"raise the profile's max_iteration to at least {k}, or lower loop.max_iterations."
+            f"raise the profile's iterations to at least {k}, or lower loop.iterations."
         )
     return k
 

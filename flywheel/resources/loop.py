@@ -13,14 +13,15 @@ from flywheel.resources.fields import check_fields, same_as, setting
 class LoopResource(dg.ConfigurableResource):
     """Knobs of the living flywheel (sensor/schedule decisions, adaptive sampling, the gate's cap).
 
-    `max_iterations` is K: the loop runs iterations 0..K per benchmark (K <= FLYWHEEL_MAX_ITERATION,
-    the partition range). It stops early when the gated dataset stops growing
+    `iterations` is K: the loop runs iterations 0..K per benchmark (K <= the profile's `iterations`, the
+    iteration partitions' range, which it defaults to). It stops early when the gated dataset stops growing
     (`min_new_successes`) or seen-split success stops improving (`min_improvement`) for
     `patience` iterations in a row.
     """
 
-    max_iterations: int = setting(DEFAULT_MAX_ITERATION, help="K: the loop runs iterations 0..K per benchmark",
-                                  bound=Bound(0, 1_000))
+    iterations: int = setting(DEFAULT_MAX_ITERATION, help="K: the loop runs iterations 0..K per benchmark (the "
+                              "profile's iterations unless set lower; old name max_iterations)",
+                              bound=Bound(0, 1_000))
     patience: int = same_as(StopRules, "patience")
     min_new_successes: int = same_as(StopRules, "min_new_successes")
     min_improvement: float = same_as(StopRules, "min_improvement")
@@ -51,7 +52,7 @@ class LoopResource(dg.ConfigurableResource):
     def validate(self, max_partition: int | None = None, partitions: Iterable[str] | None = None) -> None:
         """`max_partition` / `partitions` (the highest iteration, the benchmark partitions) check K and
         `benchmarks` when known: the loop can only drive benchmarks that are partitions."""
-        check_budget(self.max_iterations, max_partition=max_partition)
+        check_budget(self.iterations, max_partition=max_partition)
         if partitions is not None:
             known = sorted(partitions)
             for name in self.benchmarks:
@@ -68,7 +69,7 @@ class LoopResource(dg.ConfigurableResource):
     def stop_rules(self, max_partition: int | None = None, partitions: Iterable[str] | None = None) -> StopRules:
         """The stop rules; `max_partition` (the highest iteration partition) bounds K when known."""
         self.validate(max_partition, partitions)
-        return StopRules(max_iteration=self.max_iterations, patience=self.patience,
+        return StopRules(iterations=self.iterations, patience=self.patience,
                           min_new_successes=self.min_new_successes, min_improvement=self.min_improvement)
 
     @setup_fails_once  # a bad configuration fails the run once, not 1 + max_retries times

@@ -28,14 +28,14 @@ ITERATION = ["sft_checkpoint", "rollouts", "gated_dataset", "evaluation"]
 
 PROFILE = f"""
 benchmarks: {{{NAME}: "{REF}"}}
-max_iteration: 1
+iterations: 1
 runs_dir: RUNS
 model: MODEL
 envs: {{max_steps: 10}}
 policy: {{epochs: 1, max_train_steps: 1, batch_size: 2, samples_per_task: 1, parallel_envs: 2,
           history_window: 2, max_new_tokens: 8}}
 curriculum: {{max_proposals: 2}}
-loop: {{benchmarks: [{NAME}], max_iterations: 1}}
+loop: {{benchmarks: [{NAME}], iterations: 1}}
 """
 
 

@@ -105,7 +105,7 @@ def test_bounds_are_read_from_the_fields_that_declare_them():
     bounds = bounds_of(TransformersPolicy, EnvResource, LoopResource)
     assert bounds["max_new_tokens"] is dataclasses.fields(RolloutConfig)[1].metadata["bound"]
     assert bounds["max_train_steps"].allows(-1) and not bounds["max_train_steps"].allows(0)
-    assert not bounds["train_limit"].allows(0) and bounds["max_iterations"].allows(0)
+    assert not bounds["train_limit"].allows(0) and bounds["iterations"].allows(0)
     from flywheel.config.validation import ConfigurationError, check_options
     with pytest.raises(ConfigurationError, match=r"policy\.max_new_tokens must be an integer in 1\.\.8192"):
         check_options({"max_new_tokens": 0}, bounds=bounds, where="policy.")
@@ -204,7 +204,7 @@ def test_loop_and_ray_bounds_are_declared_on_their_fields_not_written_as_ifs():
 
 @pytest.mark.parametrize("config", [DPOSettings, GRPOSettings, RayOptions, StopRules], ids=lambda c: c.__name__)
 def test_every_numeric_field_of_the_trainers_and_ray_is_bounded(config):
-    unbounded = [n for n in _numeric(config) if option_bound(config, n) is None and n != "max_iteration"]
+    unbounded = [n for n in _numeric(config) if option_bound(config, n) is None]
     assert not unbounded
 
 
