@@ -106,7 +106,7 @@ def _facts(db: Store, benchmark: str, k: int, rows: dict[int, dict[str, Any]], c
     return IterationFacts(
         iteration=k, gate_check_passed=check_passed,
         new_unique_successes=int(new if new is not None else gate.get("passed", 0) or 0),
-        gated_total=int(total if total is not None else len(db.gated_ids(benchmark, up_to_iteration=k))),
+        gated_total=int(total if total is not None else len(db.traj_ids_gated_up_to(benchmark, k))),
         seen_success=by_split.get("seen"), unseen_success=by_split.get("unseen"),
     )
 

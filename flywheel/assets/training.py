@@ -87,10 +87,10 @@ def training_set(
     if replay == "none":
         return base, {"seed_or_curriculum": len(base), "gated": 0}
     if refine_from == "previous" and replay == "matched" and iteration > 0:
-        new = gated_trajectories(db, db.gated_ids_of(benchmark, iteration - 1), drop_invalid_steps=drop_invalid_steps)
+        new = gated_trajectories(db, db.traj_ids_gated_at(benchmark, iteration - 1), drop_invalid_steps=drop_invalid_steps)
         replayed = random.Random(seed + iteration).sample(base, min(len(base), len(new)))
         return replayed + new, {"seed_or_curriculum": len(replayed), "gated": len(new)}
-    gated = gated_trajectories(db, db.gated_ids(benchmark, up_to_iteration=iteration - 1),
+    gated = gated_trajectories(db, db.traj_ids_gated_up_to(benchmark, iteration - 1),
                                drop_invalid_steps=drop_invalid_steps) if iteration > 0 else []
     return base + gated, {"seed_or_curriculum": len(base), "gated": len(gated)}
 

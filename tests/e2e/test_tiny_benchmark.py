@@ -77,7 +77,7 @@ def test_the_tiny_benchmark_runs_the_flywheel_through_dagster(tmp_path, tiny, mo
     assert min(len(t.steps) for t in synthetic) > max(len(t.steps) for t in teacher)
 
     for k in (0, 1):
-        gated = db.load_trajectories(db.gated_ids_of(NAME, k))
+        gated = db.load_trajectories(db.traj_ids_gated_at(NAME, k))
         # every training task solved, after k+1 looks: new action sequences, so the gate keeps them
         assert sorted(t.task_id for t in gated) == sorted(t.task_id for t in train), k
         assert all(t.success and t.actions[: k + 1] == ("look around",) * (k + 1) for t in gated)
