@@ -49,6 +49,8 @@ from flywheel.config.validation import (
     check_options,
     load_yaml,
 )
+from flywheel.core.decisions import StopRules
+from flywheel.core.options import option_field
 from flywheel.core.settings import (
     DEFAULT_LOOP_CRON,
     DEFAULT_MAX_ITERATION,
@@ -75,6 +77,14 @@ log = logging.getLogger(__name__)
 SECTIONS = ("envs", "policy", "loop", "curriculum", "teacher", "method")
 # The names `policy_backend` takes, checked without importing the resources (they import torch).
 POLICY_BACKENDS = ("transformers", "vllm", "openai")
+
+
+def check_iterations(value: Any, where: str) -> int:
+    """K (`iterations`) of a profile or preset within the bound `StopRules.iterations` declares."""
+    bound = option_field(StopRules, "iterations").metadata["bound"]
+    if not bound.allows(value):
+        raise ConfigurationError(f"{where}: {bound.refusal('iterations', value)}")
+    return value
 
 
 def policy_classes() -> dict[str, type[dg.ConfigurableResource]]:
@@ -129,8 +139,7 @@ class Profile:
         check_benchmark_refs(self.benchmark_refs, where=f"{where}: benchmarks")
         for b in self.benchmarks:
             check_benchmark(b, where=f"{where}: benchmarks", refs=self.benchmark_refs)
-        if not isinstance(self.iterations, int) or isinstance(self.iterations, bool) or self.iterations < 0:
-            raise ConfigurationError(f"{where}: iterations (K) must be an integer >= 0, got {self.iterations!r}")
+        check_iterations(self.iterations, where)
         if self.policy_backend not in POLICY_BACKENDS:
             raise ConfigurationError(f"{where}: policy_backend must be one of {list(POLICY_BACKENDS)}, "
                                      f"got {self.policy_backend!r}")

@@ -23,7 +23,7 @@ from flywheel.core.options import Bound, option
 from flywheel.core.settings import REPO_ROOT
 from flywheel.orchestration.partitions import run_max_iteration
 from flywheel.policy.vllm_server import ServerPool
-from flywheel.profile import SECTIONS, Profile, read_yaml, section
+from flywheel.profile import SECTIONS, Profile, check_iterations, read_yaml, section
 from flywheel.profile import build_resources as build_profile_resources
 
 log = logging.getLogger(__name__)
@@ -122,9 +122,7 @@ def load_preset(name_or_path: str) -> Preset:
             raise ConfigurationError(f"{path}: missing required field {key!r}")
 
     check_benchmark(raw["benchmark"], where=f"{path}: benchmark")
-    iterations = raw["iterations"]
-    if not isinstance(iterations, int) or iterations < 0:
-        raise ConfigurationError(f"{path}: iterations (K) must be an integer >= 0, got {iterations!r}")
+    iterations = check_iterations(raw["iterations"], str(path))
     sections = {s: section(s, raw.get(s), str(path)) for s in SECTIONS if raw.get(s) is not None}
     arms_raw = raw.get("arms") or {"bpo": {}}
     if not isinstance(arms_raw, dict) or not arms_raw:

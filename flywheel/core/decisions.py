@@ -29,7 +29,9 @@ Action = Literal["continue", "stop"]
 class StopRules:
     """When the loop stops: at K, or when the gated set or seen success stop growing (not the LLM policy)."""
 
-    iterations: int = option(help="K: the loop runs iterations 0..K", bound=Bound(0, 1_000))
+    # K, declared once: the loop resource mirrors it, profiles and presets check their `iterations` against it.
+    iterations: int = option(help="K: the loop runs iterations 0..K per benchmark",
+                             bound=Bound(0, 1_000, why="K: iterations 0..K"))
     patience: int = option(2, help="iterations in a row without progress before the loop stops",
                            bound=Bound(1, 1_000))
     min_new_successes: int = option(1, help="an iteration that gates fewer new successes made no progress",

@@ -19,9 +19,8 @@ class LoopResource(dg.ConfigurableResource):
     `patience` iterations in a row.
     """
 
-    iterations: int = setting(DEFAULT_MAX_ITERATION, help="K: the loop runs iterations 0..K per benchmark (the "
-                              "profile's iterations unless set lower; old name max_iterations)",
-                              bound=Bound(0, 1_000))
+    # Defaults to the profile's iterations (flywheel.profile.build_resources); set lower, the loop stops there.
+    iterations: int = same_as(StopRules, "iterations", default=DEFAULT_MAX_ITERATION)
     patience: int = same_as(StopRules, "patience")
     min_new_successes: int = same_as(StopRules, "min_new_successes")
     min_improvement: float = same_as(StopRules, "min_improvement")

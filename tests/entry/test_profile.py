@@ -89,7 +89,7 @@ def test_the_launchpad_accepts_the_profiles_teacher(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("text, message", [
     ("benchmarks: [nosuch]\n", "Unknown benchmark 'nosuch'"),
-    ("iterations: -1\n", "iterations (K) must be an integer >= 0"),
+    ("iterations: -1\n", "iterations must be an integer in 0..1000 (K: iterations 0..K), got -1"),
     ("policy_backend: tgi\n", "policy_backend must be one of"),
     ("polcy: {}\n", "unknown field(s) ['polcy']"),
     ("policy: {histroy_window: 2}\n", "unknown policy field(s) ['histroy_window']"),
@@ -137,7 +137,7 @@ def test_cli_commands_read_the_profile(tmp_path, capsys):
     assert str(tmp_path / "runs" / "demo") in capsys.readouterr().err
     (tmp_path / "bad.yaml").write_text("iterations: x\n")
     assert main(["--profile", str(tmp_path / "bad.yaml"), "report"]) == 2
-    assert "iterations (K) must be an integer" in capsys.readouterr().err
+    assert "iterations must be an integer in 0..1000" in capsys.readouterr().err
 
 
 def _module_level_env_reads(path: Path) -> list[str]:
