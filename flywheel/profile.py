@@ -315,6 +315,10 @@ def build_resources(
     except ConfigurationError as exc:
         raise ConfigurationError(f"{where}: {exc}") from None
     teacher = dict(sections.get("teacher", {}))  # with a base_url: an OpenAI-compatible endpoint, else scripted
-    out["teacher"] = build_one(OpenAITeacherResource if "base_url" in teacher else ScriptedTeacherResource,
-                               "teacher", teacher, where)
+    teacher_cls = OpenAITeacherResource if "base_url" in teacher else ScriptedTeacherResource
+    try:
+        check_options(teacher, bounds=bounds_of(teacher_cls), where="teacher.")
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{where}: {exc}") from None
+    out["teacher"] = build_one(teacher_cls, "teacher", teacher, where)
     return out

@@ -260,3 +260,24 @@ def test_propose_tasks_is_part_of_the_teacher_protocol():
     for cls in (ScriptedTeacher, OpenAITeacher):
         assert wanted <= set(inspect.signature(cls.propose_tasks).parameters), cls.__name__
     assert "hasattr" not in inspect.getsource(solving)
+
+
+@pytest.mark.parametrize("cls", RESOURCES, ids=lambda c: c.__name__)
+def test_every_numeric_field_of_every_resource_is_bounded(cls):
+    """Issue 56: a number the launchpad or a profile can set has a declared range, checked before any work."""
+    def numeric(info) -> bool:
+        kinds = {a for a in getattr(info.annotation, "__args__", (info.annotation,)) if a is not type(None)}
+        return bool(kinds) and kinds <= {int, float}
+
+    assert not [name for name, info in cls.model_fields.items()
+                if numeric(info) and (info.json_schema_extra or {}).get("bound") is None]
+
+
+def test_a_profile_s_teacher_and_curriculum_numbers_are_checked_when_it_loads():
+    from flywheel.config.validation import ConfigurationError
+    from flywheel.profile import profile_from_mapping
+
+    with pytest.raises(ConfigurationError, match=r"teacher\.max_retries must be an integer in 0\.\.100, got -1"):
+        profile_from_mapping({"teacher": {"base_url": "http://127.0.0.1:9/v1", "model": "m", "max_retries": -1}})
+    with pytest.raises(ConfigurationError, match=r"curriculum\.candidate_limit must be an integer in 1\.\.100000"):
+        profile_from_mapping({"curriculum": {"candidate_limit": 0}})
