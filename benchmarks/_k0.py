@@ -45,7 +45,7 @@ def k0_set(preset_name: str, arm: str | None = None, *, model_dir: Path | None =
         arm_dir = Path(tmp) / arm
         model = resolve_model(preset.model, model_dir or Path(tmp))
         res = build_resources(preset, arm, arm_dir, model_path=model)
-        defs = build_defs(res, profile=Profile(benchmarks=(preset.benchmark,), max_iteration=preset.max_iteration))
+        defs = build_defs(res, profile=Profile(benchmarks=(preset.benchmark,), iterations=preset.max_partition))
         [(_, key, selection)] = [s for s in method_stages(preset.benchmark, preset.iterations, preset.method(arm))
                                  if s[0] == "bootstrap"]
         run_stage(defs.resolve_job_def("bootstrap_job"), key or preset.benchmark, selection,

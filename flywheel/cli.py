@@ -59,8 +59,8 @@ DEMO_FIELDS: dict[str, tuple[str, str, object]] = {
     "stop_on_loop": ("inference", "stop_on_loop", True),
     "continue_on_empty_gate": ("loop", "continue_on_empty_gate", True),
 }
-# Numeric flags checked against the bounds of the field named on the right (--iterations is loop.max_iterations).
-DEMO_OPTIONS = {"iterations": "max_iterations", **{flag: field for flag, (_, field, _) in DEMO_FIELDS.items()}}
+# Numeric flags checked against the bounds of the field named on the right (--iterations is loop.iterations).
+DEMO_OPTIONS = {"iterations": "iterations", **{flag: field for flag, (_, field, _) in DEMO_FIELDS.items()}}
 
 
 def demo_field_class(section: str) -> type:
@@ -174,7 +174,7 @@ def demo_resources(args: argparse.Namespace, server_pool=None) -> dict:
     if in_process:
         sections["policy"].setdefault("max_batch_size", settings["parallel_envs"][0])
     return build_resources(sections, policy_backend=profile.policy_backend, where="demo",
-                           runs_dir=runs, model_path=args.model, max_iteration=profile.max_iteration,
+                           runs_dir=runs, model_path=args.model, iterations=profile.iterations,
                            benchmark_refs=profile.benchmark_refs, server_pool=server_pool)
 
 
@@ -609,7 +609,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--runs-dir", default=None, help="store and checkpoints (default: the profile's runs_dir/demo)")
     demo.add_argument("--task-types", nargs="*", default=None,
                       help="default: the benchmark's demo task types (`demo_task_types` in its spec), else all tasks")
-    demo.add_argument("--iterations", type=_number("max_iterations", int), default=1,
+    demo.add_argument("--iterations", type=_number("iterations", int), default=1,
                       help="gated self-refinement iterations after k=0")
     for flag, (section, field, default) in DEMO_FIELDS.items():
         help_text = "{field_help}"  # the field's own help text, filled in by Parser.format_help

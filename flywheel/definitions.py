@@ -54,7 +54,7 @@ def build_defs(
     """The project's definitions, configured by `profile` (benchmarks, iteration range, resources);
     `resources` overrides single resources on top (tests, the demo). No profile = `Profile()`, the defaults."""
     profile = profile or Profile()
-    parts = Partitions(tuple(profile.benchmarks), profile.max_iteration)
+    parts = Partitions(tuple(profile.benchmarks), profile.iterations)
     iteration_job = dg.define_asset_job(
         "iteration_job",
         selection=dg.AssetSelection.groups("flywheel"),

@@ -11,7 +11,8 @@ A profile names:
   reference (`{mybench: "mypkg:SPEC", webshop: null}`, null = the registry's). The references
   reach every lookup of a benchmark's spec (the `envs` resource's `benchmark_refs`); the registry stays
   as it is;
-- `max_iteration`: the iteration partitions are 0..max_iteration (default 3);
+- `iterations`: K, the loop runs iterations 0..K (default 3): the iteration partitions are 0..K, and the
+  loop's `iterations` defaults to it (`loop.iterations` may stop the loop earlier);
 - `runs_dir`: the store and checkpoints (relative paths are relative to the repository);
 - `model`: the base model, `smollm2` (the prepared SmolLM2-135M folder), `tiny` (a tiny random
   Llama built under runs_dir, for smoke runs) or a model folder;
@@ -33,6 +34,8 @@ are the only places that read `$FLYWHEEL_PROFILE`, once, when they start.
 from __future__ import annotations
 
 import dataclasses
+import logging
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +49,8 @@ from flywheel.config.validation import (
     check_options,
     load_yaml,
 )
+from flywheel.core.decisions import StopRules
+from flywheel.core.options import option_field
 from flywheel.core.settings import (
     DEFAULT_LOOP_CRON,
     DEFAULT_MAX_ITERATION,
@@ -67,9 +72,19 @@ from flywheel.resources import (
 from flywheel.resources.fields import bounds_of
 from flywheel.resources.policy import ManagedVLLMPolicy, OpenAICompatiblePolicy, TransformersPolicy
 
+log = logging.getLogger(__name__)
+
 SECTIONS = ("envs", "policy", "loop", "curriculum", "teacher", "method")
 # The names `policy_backend` takes, checked without importing the resources (they import torch).
 POLICY_BACKENDS = ("transformers", "vllm", "openai")
+
+
+def check_iterations(value: Any, where: str) -> int:
+    """K (`iterations`) of a profile or preset within the bound `StopRules.iterations` declares."""
+    bound = option_field(StopRules, "iterations").metadata["bound"]
+    if not bound.allows(value):
+        raise ConfigurationError(f"{where}: {bound.refusal('iterations', value)}")
+    return value
 
 
 def policy_classes() -> dict[str, type[dg.ConfigurableResource]]:
@@ -101,7 +116,7 @@ class Profile:
     benchmarks: tuple[str, ...] = field(default_factory=_all_benchmarks)
     # The benchmarks named by reference (name -> "package.module:SPEC"), each one of `benchmarks`.
     benchmark_refs: dict[str, str] = field(default_factory=dict)
-    max_iteration: int = DEFAULT_MAX_ITERATION
+    iterations: int = DEFAULT_MAX_ITERATION  # K: partitions 0..K, and the loop's K unless loop.iterations is lower
     runs_dir: str = DEFAULT_RUNS_DIR.name
     model: str = "smollm2"
     policy_backend: str = "transformers"
@@ -124,8 +139,7 @@ class Profile:
         check_benchmark_refs(self.benchmark_refs, where=f"{where}: benchmarks")
         for b in self.benchmarks:
             check_benchmark(b, where=f"{where}: benchmarks", refs=self.benchmark_refs)
-        if not isinstance(self.max_iteration, int) or isinstance(self.max_iteration, bool) or self.max_iteration < 0:
-            raise ConfigurationError(f"{where}: max_iteration must be an integer >= 0, got {self.max_iteration!r}")
+        check_iterations(self.iterations, where)
         if self.policy_backend not in POLICY_BACKENDS:
             raise ConfigurationError(f"{where}: policy_backend must be one of {list(POLICY_BACKENDS)}, "
                                      f"got {self.policy_backend!r}")
@@ -146,7 +160,7 @@ class Profile:
         """The resources `build_defs` gets: store and checkpoints under runs_dir, the profile's fields."""
         return build_resources(
             self.sections, policy_backend=self.policy_backend, where=self.source or "profile",
-            runs_dir=self.runs_path, model_path=self.model_path(), max_iteration=self.max_iteration,
+            runs_dir=self.runs_path, model_path=self.model_path(), iterations=self.iterations,
             benchmark_refs=self.benchmark_refs, benchmarks=self.benchmarks,
         )
 
@@ -155,15 +169,39 @@ TOP_LEVEL = tuple(f.name for f in dataclasses.fields(Profile)
                   if f.name not in ("sections", "source", "benchmark_refs")) + SECTIONS  # refs: in `benchmarks`
 
 
-def section(name: str, value: Any) -> dict[str, Any]:
+# Old spellings of a field, accepted for one release with a warning naming the new one: (section or "" for the
+# top level, old name) -> new name. K, the number of iterations, is `iterations` everywhere (docs/configuration.md).
+RENAMED = {("", "max_iteration"): "iterations", ("loop", "max_iterations"): "iterations"}
+
+
+def renamed(fields_: dict[str, Any], where: str, section_name: str = "") -> dict[str, Any]:
+    """`fields_` with each old spelling (RENAMED) replaced by the new name, warning once per use; both given is
+    an error naming the one to keep."""
+    out = dict(fields_)
+    for (sec, old), new in RENAMED.items():
+        if sec != section_name or old not in out:
+            continue
+        shown = f"{sec}.{old}" if sec else old
+        new_shown = f"{sec}.{new}" if sec else new
+        if new in out:
+            raise ConfigurationError(f"{where}: {shown} is the old name of {new_shown} and both are set: keep "
+                                     f"{new_shown} only")
+        message = f"{where}: {shown} is deprecated (accepted for one release): rename it to {new_shown}"
+        warnings.warn(message, DeprecationWarning, stacklevel=3)
+        log.warning(message)
+        out[new] = out.pop(old)
+    return out
+
+
+def section(name: str, value: Any, where: str = "profile") -> dict[str, Any]:
     """A section's fields; `method: NAME` is short for `method: {name: NAME}`, `teacher: scripted` for none."""
     if name == "method" and isinstance(value, str):
         return {"name": value}
     if name == "teacher" and value == "scripted":
         return {}
     if value is not None and not isinstance(value, dict):
-        raise ConfigurationError(f"section {name!r} must be a mapping of fields, got {value!r}")
-    return dict(value or {})
+        raise ConfigurationError(f"{where}: section {name!r} must be a mapping of fields, got {value!r}")
+    return renamed(value or {}, where, name)
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
@@ -196,16 +234,14 @@ def benchmarks_field(value: Any, source: str) -> tuple[tuple[str, ...], dict[str
 
 
 def profile_from_mapping(raw: dict[str, Any], *, source: str = "profile") -> Profile:
+    raw = renamed(raw, source)
     unknown = sorted(set(raw) - set(TOP_LEVEL))
     if unknown:
         raise ConfigurationError(f"{source}: unknown field(s) {unknown}; valid: {sorted(TOP_LEVEL)}")
     top = {k: v for k, v in raw.items() if k not in SECTIONS}
     if "benchmarks" in top:
         top["benchmarks"], top["benchmark_refs"] = benchmarks_field(top["benchmarks"], source)
-    try:
-        sections = {s: section(s, raw[s]) for s in SECTIONS if raw.get(s) is not None}
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"{source}: {exc}") from None
+    sections = {s: section(s, raw[s], source) for s in SECTIONS if raw.get(s) is not None}
     profile = Profile(**top, sections=sections, source=source)
     profile.resources()  # every field checked now: a bad one fails before any work
     return profile
@@ -242,12 +278,13 @@ def build_one(cls: type[dg.ConfigurableResource], name: str, fields_: dict[str, 
 
 
 def build_resources(
-    sections: dict[str, dict[str, Any]], *, policy_backend: str, where: str, runs_dir: Path, model_path: str, max_iteration: int, store_fields: dict[str, Any] | None = None,
+    sections: dict[str, dict[str, Any]], *, policy_backend: str, where: str, runs_dir: Path, model_path: str, iterations: int, store_fields: dict[str, Any] | None = None,
     loop_defaults: dict[str, Any] | None = None, benchmark_refs: dict[str, str] | None = None,
     benchmarks: tuple[str, ...] | None = None, server_pool: ServerPool | None = None,
 ) -> dict[str, dg.ConfigurableResource]:
     """The resources dict handed to `build_defs`, built section by section from plain fields; the store
-    (`flywheel.duckdb`) and the checkpoints live in `runs_dir`.
+    (`flywheel.duckdb`) and the checkpoints live in `runs_dir`; `iterations` is the profile's K (the highest
+    iteration partition, and the loop's K unless its section says less).
 
     `benchmark_refs` (the benchmarks named by reference) reach `envs`, which every spec lookup goes
     through; `benchmarks` (the partitions, when known) bound the loop's. `server_pool` is the driver's pool of
@@ -267,17 +304,21 @@ def build_resources(
         if name == "loop":
             for k, v in (loop_defaults or {}).items():
                 fields_.setdefault(k, v)
-            fields_.setdefault("max_iterations", max_iteration)
+            fields_.setdefault("iterations", iterations)
         try:
             check_options(fields_, bounds=bounds_of(cls), where=f"{name}.")  # the fields' bounds, before any work
         except ConfigurationError as exc:
             raise ConfigurationError(f"{where}: {exc}") from None
         out[name] = build_one(cls, name, fields_, where)
     try:
-        out["loop"].validate(max_iteration, benchmarks)  # type: ignore[attr-defined]
+        out["loop"].validate(iterations, benchmarks)  # type: ignore[attr-defined]
     except ConfigurationError as exc:
         raise ConfigurationError(f"{where}: {exc}") from None
     teacher = dict(sections.get("teacher", {}))  # with a base_url: an OpenAI-compatible endpoint, else scripted
-    out["teacher"] = build_one(OpenAITeacherResource if "base_url" in teacher else ScriptedTeacherResource,
-                               "teacher", teacher, where)
+    teacher_cls = OpenAITeacherResource if "base_url" in teacher else ScriptedTeacherResource
+    try:
+        check_options(teacher, bounds=bounds_of(teacher_cls), where="teacher.")
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{where}: {exc}") from None
+    out["teacher"] = build_one(teacher_cls, "teacher", teacher, where)
     return out

@@ -106,7 +106,7 @@ def _facts(db: Store, benchmark: str, k: int, rows: dict[int, dict[str, Any]], c
     return IterationFacts(
         iteration=k, gate_check_passed=check_passed,
         new_unique_successes=int(new if new is not None else gate.get("passed", 0) or 0),
-        gated_total=int(total if total is not None else len(db.gated_ids(benchmark, up_to_iteration=k))),
+        gated_total=int(total if total is not None else len(db.traj_ids_gated_up_to(benchmark, k))),
         seen_success=by_split.get("seen"), unseen_success=by_split.get("unseen"),
     )
 
@@ -131,7 +131,7 @@ def _benchmark_tick(instance: dg.DagsterInstance, db: Store, rules: StopRules, b
         partition = str(partition_key(benchmark, k))
         row = rows.get(k) or {}
         decided = row.get("decision")
-        if decided == "stop" and str(row.get("reason", "")).startswith("budget") and k < rules.max_iteration:
+        if decided == "stop" and str(row.get("reason", "")).startswith("budget") and k < rules.iterations:
             if not dry_run:
                 db.clear_decision(benchmark, k)  # K was raised since: decide again
             decided = None

@@ -79,7 +79,7 @@ class OraclePolicy(PolicyResource):
         return OracleGenerator(known, looks=k + 1, model_id=checkpoint_id)
 
 
-def loop_resources(root: str | Path, tiny: str, *, max_iterations: int = 1, fail_tasks=(), **loop) -> dict:
+def loop_resources(root: str | Path, tiny: str, *, iterations: int = 1, fail_tasks=(), **loop) -> dict:
     root = Path(root)
     return {
         "store": StoreResource(path=str(root / "fw.duckdb")),
@@ -89,7 +89,7 @@ def loop_resources(root: str | Path, tiny: str, *, max_iterations: int = 1, fail
                                history_window=2, max_observation_chars=300, samples_per_task=2, parallel_envs=1,
                                fail_tasks=list(fail_tasks)),
         "curriculum": CurriculumResource(synthesize=False),
-        "loop": LoopResource(benchmarks=[BENCH], max_iterations=max_iterations, **loop),
+        "loop": LoopResource(benchmarks=[BENCH], iterations=iterations, **loop),
     }
 
 
@@ -123,14 +123,14 @@ class RecordingRunLauncher(RunLauncher, ConfigurableClass):
 ROOT_ENV = "FLYWHEEL_LOOP_TEST_ROOT"
 MODEL_ENV = "FLYWHEEL_LOOP_TEST_MODEL"
 
-def loop_profile(max_iterations: int = 1) -> Profile:
+def loop_profile(iterations: int = 1) -> Profile:
     """The partitions of the loop tests' definitions: the test benchmark, iterations 0..(at least the default)."""
-    return Profile(benchmarks=(BENCH,), benchmark_refs=REFS, max_iteration=run_max_iteration(max_iterations))
+    return Profile(benchmarks=(BENCH,), benchmark_refs=REFS, iterations=run_max_iteration(iterations))
 
 
 def loop_defs(root: str | Path, tiny: str, **kw) -> dg.Definitions:
     """`build_defs` over `loop_resources(root, tiny, **kw)` and `loop_profile`."""
-    return build_defs(loop_resources(root, tiny, **kw), profile=loop_profile(kw.get("max_iterations", 1)))
+    return build_defs(loop_resources(root, tiny, **kw), profile=loop_profile(kw.get("iterations", 1)))
 
 
 defs = loop_defs(os.environ[ROOT_ENV], os.environ[MODEL_ENV]) if os.environ.get(ROOT_ENV) else None

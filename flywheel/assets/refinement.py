@@ -118,7 +118,7 @@ def gated_dataset(context: dg.AssetExecutionContext, store: StoreResource, loop:
         db.clear_gate_check(benchmark, k)
     candidates = db.load_trajectories(benchmark=benchmark, iteration=k, source="policy", split="train")
     drop = loop.gate_drops_invalid_steps  # compare (and later train on) the successes without their rejected actions
-    earlier = gated_trajectories(db, db.gated_ids(benchmark, up_to_iteration=k - 1), drop_invalid_steps=drop) if k > 0 else []
+    earlier = gated_trajectories(db, db.traj_ids_gated_up_to(benchmark, k - 1), drop_invalid_steps=drop) if k > 0 else []
     if drop:
         candidates = [without_invalid_steps(t) for t in candidates]
     seeds = db.load_trajectories(benchmark=benchmark, source="teacher") if loop.gate_drops_seed_repeats else []
@@ -163,7 +163,7 @@ def check_gated_dataset(context: dg.AssetCheckExecutionContext, store: StoreReso
     db = store.get()
     try:
         # What sft_checkpoint will train on.
-        trajs = gated_trajectories(db, db.gated_ids_of(benchmark, k), drop_invalid_steps=loop.gate_drops_invalid_steps)
+        trajs = gated_trajectories(db, db.traj_ids_gated_at(benchmark, k), drop_invalid_steps=loop.gate_drops_invalid_steps)
         problems = dataset_problems(trajs, needs_plans=writes_plans(policy.history_mode))
     except Exception as exc:
         db.record_gate_check(benchmark, k, passed=False, trajectories=0, problems=[f"the check raised: {exc!r}"])

@@ -58,16 +58,17 @@ def _weights_hash(path: str) -> str | None:
         return None
 
 
-def gated_trajectories(db: Store, ids: list[str], *, drop_invalid_steps: bool = False) -> list[Trajectory]:
+def gated_trajectories(db: Store, ids: list[str], *, drop_invalid_steps: bool) -> list[Trajectory]:
     """The gated trajectories `ids`, as the gate compared them and SFT trains on them: without the steps the
-    env rejected when `drop_invalid_steps` (`LoopResource.gate_drops_invalid_steps`)."""
+    env rejected when `drop_invalid_steps` (`LoopResource.gate_drops_invalid_steps`, whose default is the one
+    default: callers pass the loop's value, so this takes none)."""
     trajs = db.load_trajectories(ids) if ids else []
     return [without_invalid_steps(t) for t in trajs] if drop_invalid_steps else trajs
 
 
 def training_set(
     db: Store, benchmark: str, iteration: int, *, include_synthetic: bool = True, refine_from: str = "base",
-    seed: int = 0, replay: str = "all", drop_invalid_steps: bool = False,
+    seed: int = 0, replay: str = "all", drop_invalid_steps: bool,
 ) -> tuple[list[Trajectory], dict[str, int]]:
     """Seeds and curriculum, then the gated successes of iterations < k (through the store).
 
@@ -86,10 +87,10 @@ def training_set(
     if replay == "none":
         return base, {"seed_or_curriculum": len(base), "gated": 0}
     if refine_from == "previous" and replay == "matched" and iteration > 0:
-        new = gated_trajectories(db, db.gated_ids_of(benchmark, iteration - 1), drop_invalid_steps=drop_invalid_steps)
+        new = gated_trajectories(db, db.traj_ids_gated_at(benchmark, iteration - 1), drop_invalid_steps=drop_invalid_steps)
         replayed = random.Random(seed + iteration).sample(base, min(len(base), len(new)))
         return replayed + new, {"seed_or_curriculum": len(replayed), "gated": len(new)}
-    gated = gated_trajectories(db, db.gated_ids(benchmark, up_to_iteration=iteration - 1),
+    gated = gated_trajectories(db, db.traj_ids_gated_up_to(benchmark, iteration - 1),
                                drop_invalid_steps=drop_invalid_steps) if iteration > 0 else []
     return base + gated, {"seed_or_curriculum": len(base), "gated": len(gated)}
 

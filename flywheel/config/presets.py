@@ -23,7 +23,7 @@ from flywheel.core.options import Bound, option
 from flywheel.core.settings import REPO_ROOT
 from flywheel.orchestration.partitions import run_max_iteration
 from flywheel.policy.vllm_server import ServerPool
-from flywheel.profile import SECTIONS, Profile, read_yaml, section
+from flywheel.profile import SECTIONS, Profile, check_iterations, read_yaml, section
 from flywheel.profile import build_resources as build_profile_resources
 
 log = logging.getLogger(__name__)
@@ -84,8 +84,9 @@ class Preset:
 
 
     @property
-    def max_iteration(self) -> int:
-        """The iteration partitions of this experiment's definitions: 0..K (at least the default range)."""
+    def max_partition(self) -> int:
+        """The highest iteration partition of this experiment's definitions: K, and at least the default range's (the
+        profile's `iterations` its definitions are built with; the arms' stages stop at K)."""
         return run_max_iteration(self.iterations)
 
     def method(self, arm: str) -> str:
@@ -121,10 +122,8 @@ def load_preset(name_or_path: str) -> Preset:
             raise ConfigurationError(f"{path}: missing required field {key!r}")
 
     check_benchmark(raw["benchmark"], where=f"{path}: benchmark")
-    iterations = raw["iterations"]
-    if not isinstance(iterations, int) or iterations < 0:
-        raise ConfigurationError(f"{path}: iterations (K) must be an integer >= 0, got {iterations!r}")
-    sections = {s: section(s, raw.get(s)) for s in SECTIONS if raw.get(s) is not None}
+    iterations = check_iterations(raw["iterations"], str(path))
+    sections = {s: section(s, raw.get(s), str(path)) for s in SECTIONS if raw.get(s) is not None}
     arms_raw = raw.get("arms") or {"bpo": {}}
     if not isinstance(arms_raw, dict) or not arms_raw:
         raise ConfigurationError(f"{path}: arms must be a non-empty mapping name -> overrides")
@@ -137,7 +136,7 @@ def load_preset(name_or_path: str) -> Preset:
         bad = sorted(set(overrides) - set(SECTIONS))
         if bad:
             raise ConfigurationError(f"{path}: arm {arm!r} overrides unknown section(s) {bad}; valid: {list(SECTIONS)}")
-        arms[str(arm)] = {s: section(s, v) for s, v in overrides.items()}
+        arms[str(arm)] = {s: section(s, v, f"{path}: arm {arm}") for s, v in overrides.items()}
     name = check_plain_name(str(raw.get("name") or path.stem), f"{path}: name")  # names the results' folder
     for arm in arms:
         check_plain_name(arm, f"{path}: arm")  # names its store's folder
@@ -228,7 +227,7 @@ def build_resources(preset: Preset, arm: str, arm_dir: Path, *, model_path: str,
         sections["policy"] = {**sections.get("policy", {}), **policy_fields}
     return build_profile_resources(
         sections, policy_backend=preset.policy_backend, where=where,
-        runs_dir=arm_dir, model_path=model_path, max_iteration=preset.max_iteration, store_fields={"method": preset.method(arm)},
+        runs_dir=arm_dir, model_path=model_path, iterations=preset.max_partition, store_fields={"method": preset.method(arm)},
         loop_defaults={"continue_on_empty_gate": True} if preset.continue_on_empty_gate else None,
         server_pool=server_pool,
     )

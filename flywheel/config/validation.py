@@ -56,12 +56,12 @@ def check_budget(k: int, *, max_partition: int | None = None) -> int:
     """K (iterations 0..K) must be >= 0 and, when the partition range is known, have a partition for every k."""
     if k < 0:
         raise ConfigurationError(
-            f"The iteration budget K must be >= 0, got {k}: set loop.max_iterations to 0 or more."
+            f"The iteration budget K must be >= 0, got {k}: set loop.iterations to 0 or more."
         )
     if max_partition is not None and k > max_partition:
         raise ConfigurationError(
             f"The iteration budget K = {k} exceeds the iteration partitions 0..{max_partition}: "
-            f"raise the profile's max_iteration to at least {k}, or lower loop.max_iterations."
+            f"raise the profile's iterations to at least {k}, or lower loop.iterations."
         )
     return k
 
@@ -145,9 +145,7 @@ def check_options(values: dict[str, Any], *, bounds: dict[str, Bound], names: di
         if bound is None or value is None:
             continue
         if not bound.allows(value):
-            why = f" ({bound.why})" if bound.why else ""
-            raise ConfigurationError(f"{shown(key)} must be {bound.describe()}{why}, got {value!r}: "
-                                     f"set {shown(key)} within that range.")
+            raise ConfigurationError(bound.refusal(shown(key), value))
     if "dtype" in values and values["dtype"] not in DTYPES:
         raise ConfigurationError(f"{shown('dtype')} must be one of {', '.join(DTYPES)}, got {values['dtype']!r}: "
                                  f"set {shown('dtype')} to one of them.")

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from flywheel.core.options import option
+from flywheel.core.options import Bound, check_bounds, option
 
 Action = Literal["continue", "stop"]
 
@@ -29,17 +29,18 @@ Action = Literal["continue", "stop"]
 class StopRules:
     """When the loop stops: at K, or when the gated set or seen success stop growing (not the LLM policy)."""
 
-    max_iteration: int  # K: iterations 0..K
-    patience: int = option(2, help="iterations in a row without progress before the loop stops")
-    min_new_successes: int = option(1, help="an iteration that gates fewer new successes made no progress")
+    # K, declared once: the loop resource mirrors it, profiles and presets check their `iterations` against it.
+    iterations: int = option(help="K: the loop runs iterations 0..K per benchmark",
+                             bound=Bound(0, 1_000, why="K: iterations 0..K"))
+    patience: int = option(2, help="iterations in a row without progress before the loop stops",
+                           bound=Bound(1, 1_000))
+    min_new_successes: int = option(1, help="an iteration that gates fewer new successes made no progress",
+                                    bound=Bound(0, 1_000_000))
     min_improvement: float = option(0.0, help="seen-split success must improve by more than this to count as "
-                                              "progress")
+                                              "progress", bound=Bound(0, 1, integer=False, why="a success rate"))
 
     def __post_init__(self) -> None:
-        if self.max_iteration < 0:
-            raise ValueError(f"K (max_iteration) must be >= 0, got {self.max_iteration}")
-        if self.patience < 1:
-            raise ValueError(f"patience must be >= 1, got {self.patience}")
+        check_bounds(self)
 
 
 @dataclass(frozen=True)
@@ -79,8 +80,8 @@ def decide(history: Sequence[IterationFacts], rules: StopRules) -> Decision:
         return Decision("stop", f"gate_check_failed: gated_dataset_is_usable failed for iteration {k} "
                                 f"({cur.new_unique_successes} new unique successes); nothing new to train on. "
                                 "Re-run rollouts and the gate (more samples, a better checkpoint) to resume.")
-    if k >= rules.max_iteration:
-        return Decision("stop", f"budget: reached the iteration budget K={rules.max_iteration} "
+    if k >= rules.iterations:
+        return Decision("stop", f"budget: reached the iteration budget K={rules.iterations} "
                                 f"(iteration {k}: +{cur.new_unique_successes} new, seen success {_fmt(cur.seen_success)})")
     window = hist[-rules.patience:]
     if len(window) == rules.patience and all(h.new_unique_successes < rules.min_new_successes for h in window):
@@ -95,7 +96,7 @@ def decide(history: Sequence[IterationFacts], rules: StopRules) -> Decision:
                                 f"(needs > +{rules.min_improvement:g})")
     return Decision("continue", f"continue: iteration {k} added {cur.new_unique_successes} new unique successes "
                                 f"(gated total {cur.gated_total}), seen success {_fmt(cur.seen_success)}; "
-                                f"starting iteration {k + 1} of K={rules.max_iteration}", next_iteration=k + 1)
+                                f"starting iteration {k + 1} of K={rules.iterations}", next_iteration=k + 1)
 
 
 def gate_allows_next(check_passed: bool | None, *, gated_new: int, continue_on_empty_gate: bool = False) -> bool:

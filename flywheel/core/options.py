@@ -4,8 +4,9 @@ The way TRL's configs carry `metadata={"help": ...}`: the plain configs (`TrainC
 `PromptShape`, `DPOSettings`, `GRPOSettings`, `VLLMServerConfig`) declare their fields with `option(...)`; the
 Dagster resources (flywheel/resources/fields.py) expose them with `same_as(...)`, which copies the default and
 the help, and declare their own fields with `setting(...)`. The launchpad, the CLI's `--help`, the bounds
-checks (`flywheel.config.validation.check_options`) and the fields an arm may change while sharing another
-arm's k=0 SFT are all read from these declarations; nothing restates a default.
+checks (`flywheel.config.validation.check_options` where a profile or resource is built; `check_bounds` in a
+plain config's `__post_init__`, as TRL's configs check themselves) and the fields an arm may change while
+sharing another arm's k=0 SFT are all read from these declarations; nothing restates a default.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ class Bound:
         extra = "".join(f" or {v} ({meaning})" for v, meaning in self.special)
         return f"{kind} {lo}{extra}"
 
+    def refusal(self, name: str, value: Any) -> str:
+        """The one-line error for `name` = `value` outside this bound: the field, its range and the fix."""
+        why = f" ({self.why})" if self.why else ""
+        return f"{name} must be {self.describe()}{why}, got {value!r}: set {name} within that range."
+
 
 def option(default: Any = MISSING, *, help: str, bound: Bound | None = None, sft0: bool = True,
            default_factory: Any = MISSING, hash: bool | None = None) -> Any:
@@ -62,6 +68,15 @@ def option_field(config: type, name: str) -> dataclasses.Field:
                 raise TypeError(f"{config.__name__}.{name} is not declared with option(help=...)")
             return f
     raise AttributeError(f"{config.__name__} has no field {name!r}")
+
+
+def check_bounds(config: Any, *, where: str = "") -> None:
+    """Every field of a plain config (declared with `option`) within its bound, as TRL's `__post_init__` checks:
+    a ValueError naming `where` + the field and its range. None is unset, allowed."""
+    for f in dataclasses.fields(config):
+        bound, value = f.metadata.get("bound"), getattr(config, f.name)
+        if bound is not None and value is not None and not bound.allows(value):
+            raise ValueError(bound.refusal(f"{where}{f.name}", value))
 
 
 def option_default(f: dataclasses.Field) -> Any:

@@ -649,14 +649,15 @@ class Store:
                         [benchmark])
         return {r["iteration"]: r for r in df.iter_rows(named=True)}
 
-    def gated_ids(self, benchmark: str, *, up_to_iteration: int) -> list[str]:
+    def traj_ids_gated_up_to(self, benchmark: str, iteration: int) -> list[str]:
+        """The trajectories gates 0..k let through, all of them (what SFT k+1 replays)."""
         df = self.query(
             "SELECT traj_id FROM gated WHERE benchmark = ? AND iteration <= ? ORDER BY iteration, traj_id",
-            [benchmark, up_to_iteration],
+            [benchmark, iteration],
         )
         return df["traj_id"].to_list()
 
-    def gated_ids_of(self, benchmark: str, iteration: int) -> list[str]:
+    def traj_ids_gated_at(self, benchmark: str, iteration: int) -> list[str]:
         """The trajectories gate k itself let through (not the earlier gates')."""
         df = self.query("SELECT traj_id FROM gated WHERE benchmark = ? AND iteration = ? ORDER BY traj_id",
                         [benchmark, iteration])
@@ -955,7 +956,7 @@ class Store:
         df = self.query("SELECT DISTINCT model FROM teacher_cache WHERE model IS NOT NULL ORDER BY 1")
         return df["model"].to_list()
 
-    def gated_task_ids(self, benchmark: str, iteration: int) -> list[str]:
+    def task_ids_gated_at(self, benchmark: str, iteration: int) -> list[str]:
         """Distinct tasks of the trajectories gate k let through."""
         df = self.query(
             "SELECT DISTINCT task_id FROM gated WHERE benchmark = ? AND iteration = ? ORDER BY 1", [benchmark, iteration]

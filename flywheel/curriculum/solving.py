@@ -1,6 +1,6 @@
 """Stage 2 synthesis: propose, instantiate in the real env, solve, annotate, keep the successes.
 
-    proposals = teacher.propose_tasks(...)            # or the offline heuristic
+    proposals = teacher.propose_tasks(...)            # the scripted teacher: the offline heuristic
     for each: synthesizer.instantiate(params)         # ValueError -> rejected(reason)
               env.reset(task)                         # the env must load it -> else rejected
               synthesizer.solve(task, env)            # expert / gold path / oracle
@@ -21,9 +21,9 @@ from typing import Any
 
 from envs.base import Env, EnvError, Task
 from flywheel.core.trajectory import Trajectory
-from flywheel.curriculum.proposals import Proposal, TaskSynthesizer, pick_harder, read_proposal
+from flywheel.curriculum.proposals import Proposal, TaskSynthesizer, read_proposal
 from flywheel.rollout.seeds import replay
-from flywheel.teacher.base import TeacherError, apply_annotations
+from flywheel.teacher.base import Teacher, TeacherError, apply_annotations
 
 log = logging.getLogger(__name__)
 
@@ -58,21 +58,19 @@ def length_stats(lengths: Sequence[int]) -> dict[str, float]:
             "p90": float(data[min(len(data) - 1, int(0.9 * len(data)))]), "max": float(data[-1])}
 
 
-def propose(teacher: Any, *, benchmark: str, instructions: str, schema: str, seeds: list[dict[str, Any]],
+def propose(teacher: Teacher, *, benchmark: str, instructions: str, schema: str, seeds: list[dict[str, Any]],
             candidates: list[dict[str, Any]], n: int) -> tuple[list[Any], str]:
-    """Raw proposals from the teacher (or the offline heuristic for a teacher without `propose_tasks`)."""
-    if hasattr(teacher, "propose_tasks"):
-        raw = teacher.propose_tasks(benchmark=benchmark, instructions=instructions, schema=schema, seeds=seeds,
-                                    candidates=candidates, n=n)
-        return list(raw), str(getattr(teacher, "name", "teacher"))
-    return pick_harder(candidates, [s["length"] for s in seeds], n), "heuristic"
+    """Raw proposals from the teacher (the scripted teacher's are the offline heuristic's) and its name."""
+    raw = teacher.propose_tasks(benchmark=benchmark, instructions=instructions, schema=schema, seeds=seeds,
+                                candidates=candidates, n=n)
+    return list(raw), teacher.name
 
 
 def synthesize(
     *,
     benchmark: str,
     synthesizer: TaskSynthesizer,
-    teacher: Any,
+    teacher: Teacher,
     seed_tasks: Sequence[Task],
     seed_trajs: Sequence[Trajectory],
     holdout: Sequence[Task],
@@ -108,7 +106,7 @@ def synthesize(
     return result
 
 
-def _attempt(prop: Proposal, synth: TaskSynthesizer, teacher: Any, seed_tasks: Sequence[Task], holdout: Sequence[Task],
+def _attempt(prop: Proposal, synth: TaskSynthesizer, teacher: Teacher, seed_tasks: Sequence[Task], holdout: Sequence[Task],
              instructions: str, env: Env | None, env_options: dict[str, Any], seen_ids: dict[str, str],
              result: SynthesisResult, max_steps: int | None = None) -> Env | None:
     """One proposal through instantiate -> load -> solve -> judge -> annotate. Returns the (maybe new) env."""

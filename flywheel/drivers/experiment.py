@@ -132,7 +132,7 @@ def run_arm(
     def jobs_for(policy_fields: dict[str, Any]) -> dict[str, dg.JobDefinition]:
         res = resources if not policy_fields else build_resources(preset, arm, arm_dir, model_path=model_path,
                                                                   policy_fields=policy_fields, server_pool=server_pool)
-        defs = build_defs(res, profile=Profile(benchmarks=(preset.benchmark,), max_iteration=preset.max_iteration))
+        defs = build_defs(res, profile=Profile(benchmarks=(preset.benchmark,), iterations=preset.max_partition))
         return {name: defs.resolve_job_def(f"{name}_job") for name in ("bootstrap", "iteration", "baselines")}
 
     jobs = jobs_for({})

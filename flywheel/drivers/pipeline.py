@@ -135,7 +135,7 @@ def run_flywheel(
         raise ConfigurationError(f"iterations must be >= 0, got {iterations}")
     # Partitions 0..K for this run (run_max_iteration: at least the default range).
     defs = build_defs(resources, profile=Profile(benchmarks=(benchmark,), benchmark_refs=refs,
-                                                 max_iteration=run_max_iteration(iterations)))
+                                                 iterations=run_max_iteration(iterations)))
     continue_on_empty_gate = bool(getattr(resources.get("loop"), "continue_on_empty_gate", False))
     empty_gates: list[str] = []
     # The method's stages (config.methods.method_stages, the planner experiments use too), one Dagster run

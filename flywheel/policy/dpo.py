@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from flywheel.core.options import option
+from flywheel.core.options import Bound, check_bounds, option, option_field
 from flywheel.core.prompting import Message, PromptShape, history_from_steps, react_messages
 from flywheel.core.trajectory import Trajectory
 from flywheel.policy.logging_targets import log_callbacks, report_to, report_to_option
@@ -39,25 +39,42 @@ from flywheel.policy.sft import _progress_callback, episode_packs, keep_fitting,
 
 log = logging.getLogger(__name__)
 
+# Bounds of the numbers DPO and GRPO share with the SFT (TrainConfig) and the prompt (PromptShape): the same ranges.
+LEARNING_RATE = Bound(0, 1, integer=False, open_lo=True)
+MAX_LENGTH = Bound(16, 131_072, why="tokens per transcript")
+MAX_STEPS = Bound(1, 1_000_000, special=((-1, "use epochs"),))
+SEED = Bound(0, 2**32 - 1)
+HISTORY_WINDOW = option_field(PromptShape, "history_window").metadata["bound"]
+OBSERVATION_CHARS = option_field(PromptShape, "max_observation_chars").metadata["bound"]
+
 
 @dataclass(frozen=True)
 class DPOSettings:
     """One DPO job's knobs; the method resource exposes each as `dpo_<name>` (max_length, max_observation_chars
     and seed come from the policy's)."""
 
-    beta: float = option(0.1, help="DPO's beta: how far the policy may move from the reference")
-    learning_rate: float = option(5e-6, help="DPO learning rate")
-    epochs: float = option(1.0, help="passes over the preference pairs (when max_steps is -1)")
-    batch_size: int = option(2, help="preference pairs per DPO optimizer step")
-    max_length: int = option(3072, help="pairs whose transcript is longer than this many tokens are dropped")
-    max_steps: int = option(-1, help="DPO optimizer steps (-1: use epochs)")
-    max_observation_chars: int | None = option(None, help="past observations cut to this many characters")
-    seed: int = option(0, help="the DPO's seed")
+    beta: float = option(0.1, help="DPO's beta: how far the policy may move from the reference",
+                         bound=Bound(0, 10, integer=False, open_lo=True))
+    learning_rate: float = option(5e-6, help="DPO learning rate", bound=LEARNING_RATE)
+    epochs: float = option(1.0, help="passes over the preference pairs (when max_steps is -1)",
+                           bound=Bound(0, 1_000, integer=False, open_lo=True))
+    batch_size: int = option(2, help="preference pairs per DPO optimizer step", bound=Bound(1, 1_024))
+    max_length: int = option(3072, help="pairs whose transcript is longer than this many tokens are dropped",
+                             bound=MAX_LENGTH)
+    max_steps: int = option(-1, help="DPO optimizer steps (-1: use epochs)", bound=MAX_STEPS)
+    max_observation_chars: int | None = option(None, help="past observations cut to this many characters",
+                                                 bound=OBSERVATION_CHARS)
+    seed: int = option(0, help="the DPO's seed", bound=SEED)
     bf16: bool | None = option(None, help="bf16 autocast; null: where the hardware has it natively")
-    history_window: int | None = option(None, help="past steps a prompt keeps (the policy's; packing tree only)")
+    history_window: int | None = option(None, help="past steps a prompt keeps (the policy's; packing tree only)",
+                                          bound=HISTORY_WINDOW)
     packing: str = option(DEFAULT_PACKING, help='"tree": each agent turn scored under its own rollout prompt, packed; '
                                        '"per_step": a trajectory as one transcript (the policy\'s packing)')
     report_to: str = report_to_option()
+
+    def __post_init__(self) -> None:
+        check_bounds(self, where="DPOSettings.")
+
 
 
 @dataclass(frozen=True)

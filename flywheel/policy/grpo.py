@@ -47,10 +47,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from flywheel.core.options import option
+from flywheel.core.options import Bound, check_bounds, option
 from flywheel.core.prompting import PromptShape
 from flywheel.core.trajectory import Trajectory
-from flywheel.policy.dpo import agent_tokens, transcript
+from flywheel.policy.dpo import (
+    HISTORY_WINDOW,
+    LEARNING_RATE,
+    MAX_LENGTH,
+    OBSERVATION_CHARS,
+    SEED,
+    agent_tokens,
+    transcript,
+)
 from flywheel.policy.logging_targets import ScalarLog, report_to_option
 from flywheel.policy.models import load_model, load_tokenizer, require_model
 from flywheel.policy.packing import DEFAULT_PACKING, packs_logps, use_packed_attention
@@ -70,19 +78,29 @@ class GRPOSettings:
 
     # cpu-comparison-scienceworld, from one ReAct SFT (35/100), K=2: 1e-5 35/100 (did not move the greedy policy),
     # 3e-5 14/100, 1e-4 1/100 (experiments/results/cpu-comparison-scienceworld/notes.md).
-    learning_rate: float = option(1e-5, help="GRPO learning rate")
-    epochs: int = option(1, help="passes over the rollouts (TRL's num_iterations); > 1 makes the clip matter")
-    clip: float = option(0.2, help="epsilon of the clipped probability ratio")
-    batch_size: int = option(4, help="transcripts per GRPO optimizer step (one per forward pass, accumulated)")
-    max_length: int = option(3072, help="transcripts longer than this many tokens are dropped, never truncated")
-    max_observation_chars: int | None = option(None, help="past observations cut to this many characters")
-    seed: int = option(0, help="the GRPO update's seed")
-    history_window: int | None = option(None, help="past steps a prompt keeps (the policy's; packing tree only)")
+    learning_rate: float = option(1e-5, help="GRPO learning rate", bound=LEARNING_RATE)
+    epochs: int = option(1, help="passes over the rollouts (TRL's num_iterations); > 1 makes the clip matter",
+                         bound=Bound(1, 1_000))
+    clip: float = option(0.2, help="epsilon of the clipped probability ratio",
+                         bound=Bound(0, 1, integer=False, open_lo=True))
+    batch_size: int = option(4, help="transcripts per GRPO optimizer step (one per forward pass, accumulated)",
+                            bound=Bound(1, 1_024))
+    max_length: int = option(3072, help="transcripts longer than this many tokens are dropped, never truncated",
+                             bound=MAX_LENGTH)
+    max_observation_chars: int | None = option(None, help="past observations cut to this many characters",
+                                                 bound=OBSERVATION_CHARS)
+    seed: int = option(0, help="the GRPO update's seed", bound=SEED)
+    history_window: int | None = option(None, help="past steps a prompt keeps (the policy's; packing tree only)",
+                                          bound=HISTORY_WINDOW)
     packing: str = option(DEFAULT_PACKING, help='"tree": every agent turn scored under its own rollout prompt, packed; '
                                        '"per_step": the episode as one transcript (the policy\'s packing)')
     scale_rewards: bool = option(True, help="divide advantages by the group's reward std (GRPO); false: only "
                                             "centre them (Dr. GRPO)")
     report_to: str = report_to_option()
+
+    def __post_init__(self) -> None:
+        check_bounds(self, where="GRPOSettings.")
+
 
 
 @dataclass(frozen=True)

@@ -84,8 +84,10 @@ class VLLMServerConfig:
                                                "(tests: a stub)")
     dtype: str = option("auto", help="the server's --dtype; auto: float32 on a CPU without native bf16, else "
                                      "vLLM's own choice")
-    max_model_len: int = option(4096, help="the server's --max-model-len (prompt + answer tokens)")
-    kv_cache_gb: float = option(2.0, help="KV cache of the CPU build, GiB (VLLM_CPU_KVCACHE_SPACE)")
+    max_model_len: int = option(4096, help="the server's --max-model-len (prompt + answer tokens)",
+                                bound=Bound(16, 1_048_576))
+    kv_cache_gb: float = option(2.0, help="KV cache of the CPU build, GiB (VLLM_CPU_KVCACHE_SPACE)",
+                                  bound=Bound(0, 4_096, integer=False, open_lo=True))
     prefix_caching: bool = option(True, help="--enable-prefix-caching: a step's prompt shares the episode's prefix")
     extra_args: tuple[str, ...] = option((), help='extra `api_server` flags, e.g. ["--enforce-eager"]')
     env: tuple[tuple[str, str], ...] = option((), help="extra environment variables of the server process")
@@ -94,14 +96,16 @@ class VLLMServerConfig:
     swap: Literal["auto", "restart"] = option(
         "auto", help='a new checkpoint: "auto" reloads the weights in place when the architecture matches, '
                      '"restart" always restarts the server')
-    start_timeout_s: float = option(900.0, help="seconds a server may take to start")
+    start_timeout_s: float = option(900.0, help="seconds a server may take to start",
+                                      bound=Bound(1, 86_400, integer=False))
     stop_timeout_s: float = option(30.0, help="seconds a server may take to stop before it is killed")
     request_timeout_s: float = option(600.0, bound=Bound(1, 86_400, integer=False), sft0=False,
                                       help="seconds one generation request may take in all: connecting, the first "
                                       "byte and the whole answer (a stalled or trickling server is cut off there), "
                                       "and, for an OpenAI-compatible server, its retries")
     concurrency: int = option(32, help="requests in flight at once", sft0=False, bound=Bound(1, 1_024))
-    max_restarts: int = option(2, help="per generate call: restarts of a dead server before rows error out")
+    max_restarts: int = option(2, help="per generate call: restarts of a dead server before rows error out",
+                               bound=Bound(0, 100))
     # vllm-cpu 0.32's worker dies on the first seeded request with temperature > 0 ("CPU Generator does not use
     # offset"), which turned every training rollout of a CPU experiment into an errored episode.
     seeded_requests: bool | None = option(None, help="per-request sampling seeds (reproducible samples); null: on "

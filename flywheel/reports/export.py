@@ -229,7 +229,7 @@ def _export(db: Store, out: Path, *, benchmarks: Sequence[str] | None, hf: bool,
             shape=SHAPES["quaternion"])})
         gates = {g["iteration"]: g for g in db.gated_growth(b)}
         for k in sorted(set(db.gated_iterations(b)) | set(gates)):
-            ids = set(db.gated_ids_of(b, k))
+            ids = set(db.traj_ids_gated_at(b, k))
             gated = [t for t in trajs if t.traj_id in ids]
             candidates = int((gates.get(k) or {}).get("candidates") or 0)
             written.append({"benchmark": b, **_write(base, f"gated_k{k}", [_traj_row(t) for t in gated], {

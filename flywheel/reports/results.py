@@ -123,7 +123,7 @@ def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[st
             }
         if k in gates:
             g = gates[k]
-            gated_tasks = store.gated_task_ids(benchmark, k)
+            gated_tasks = store.task_ids_gated_at(benchmark, k)
             row["gate"] = {"candidates": g["candidates"], "new_unique_successes": g["new_unique_successes"],
                            "gated_total": g["gated_total"], "capped_dropped": g["capped_dropped"],
                            "distinct_tasks": len(gated_tasks),

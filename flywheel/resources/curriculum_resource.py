@@ -5,10 +5,11 @@ import math
 import dagster as dg
 
 from envs.base import BenchmarkSpec
+from flywheel.core.options import Bound
 from flywheel.curriculum.buckets import Buckets, eval_buckets
 from flywheel.curriculum.complexity import ComplexityScorer
 from flywheel.curriculum.order import MODES
-from flywheel.resources.fields import setting
+from flywheel.resources.fields import check_fields, setting
 
 
 class CurriculumResource(dg.ConfigurableResource):
@@ -17,9 +18,12 @@ class CurriculumResource(dg.ConfigurableResource):
     synthesize: bool = setting(True, help="stage 2: the teacher proposes, solves and keeps synthetic tasks")
     order: str = setting("curriculum", help='the SFT order: "curriculum" (sorted by complexity score), "staged" '
                          '(bucket by bucket) or "shuffle" (no curriculum)')
-    proposals_per_seed: float = setting(0.5, help="synthetic task proposals per seed trajectory")
-    max_proposals: int = setting(64, help="synthetic task proposals per benchmark partition at most")
-    candidate_limit: int = setting(64, help="concrete candidate tasks the env offers the teacher")
+    proposals_per_seed: float = setting(0.5, help="synthetic task proposals per seed trajectory",
+                                        bound=Bound(0, 100, integer=False))
+    max_proposals: int = setting(64, help="synthetic task proposals per benchmark partition at most",
+                                   bound=Bound(0, 100_000))
+    candidate_limit: int = setting(64, help="concrete candidate tasks the env offers the teacher",
+                                     bound=Bound(1, 100_000))
     scorer_weights: dict[str, float] = setting(default_factory=lambda: {"length": 1.0},
                                                help="complexity score = sum of weight x signal, by signal")
     other_signal: str = setting("locations", help="the second signal recorded beside length: locations or subgoals")
@@ -27,7 +31,10 @@ class CurriculumResource(dg.ConfigurableResource):
                                                          "benchmark, in score units (default: terciles)")
     eval_bucket_edges: dict[str, list[float]] = setting(default_factory=dict, help="evaluation buckets' edges per "
                                                         "benchmark, in gold-path steps (default: the spec's)")
-    seed: int = setting(0, help="the proposals' seed")
+    seed: int = setting(0, help="the proposals' seed", bound=Bound(0, 2**32 - 1))
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        check_fields(self, where="curriculum.")  # each number within its declared bound, at the run's first step
 
     def mode(self) -> str:
         if self.order not in MODES:

@@ -7,31 +7,34 @@ from flywheel.core.decisions import StopRules
 from flywheel.core.options import Bound
 from flywheel.core.settings import DEFAULT_MAX_ITERATION
 from flywheel.orchestration.failures import setup_fails_once
-from flywheel.resources.fields import same_as, setting
+from flywheel.resources.fields import check_fields, same_as, setting
 
 
 class LoopResource(dg.ConfigurableResource):
     """Knobs of the living flywheel (sensor/schedule decisions, adaptive sampling, the gate's cap).
 
-    `max_iterations` is K: the loop runs iterations 0..K per benchmark (K <= FLYWHEEL_MAX_ITERATION,
-    the partition range). It stops early when the gated dataset stops growing
+    `iterations` is K: the loop runs iterations 0..K per benchmark (K <= the profile's `iterations`, the
+    iteration partitions' range, which it defaults to). It stops early when the gated dataset stops growing
     (`min_new_successes`) or seen-split success stops improving (`min_improvement`) for
     `patience` iterations in a row.
     """
 
-    max_iterations: int = setting(DEFAULT_MAX_ITERATION, help="K: the loop runs iterations 0..K per benchmark",
-                                  bound=Bound(0, 1_000))
+    # Defaults to the profile's iterations (flywheel.profile.build_resources); set lower, the loop stops there.
+    iterations: int = same_as(StopRules, "iterations", default=DEFAULT_MAX_ITERATION)
     patience: int = same_as(StopRules, "patience")
     min_new_successes: int = same_as(StopRules, "min_new_successes")
     min_improvement: float = same_as(StopRules, "min_improvement")
     benchmarks: list[str] = setting(default_factory=list, help="the benchmarks the sensor and schedule drive "
                                     "(empty: every bootstrapped one)")
     adaptive_sampling: bool = setting(True, help="hard tasks get more of the samples_per_task x tasks attempts")
-    min_samples_per_task: int = setting(1, help="adaptive sampling: attempts per task at least")
-    max_samples_per_task: int | None = setting(None, help="adaptive sampling: attempts per task at most")
-    history_decay: float = setting(1.0, help="weight of older iterations' task stats (1: plain sums)")
+    min_samples_per_task: int = setting(1, help="adaptive sampling: attempts per task at least",
+                                        bound=Bound(0, 1_024))
+    max_samples_per_task: int | None = setting(None, help="adaptive sampling: attempts per task at most",
+                                               bound=Bound(1, 1_024))
+    history_decay: float = setting(1.0, help="weight of older iterations' task stats (1: plain sums)",
+                                   bound=Bound(0, 1, integer=False, open_lo=True))
     max_gated_per_task: int | None = setting(None, help="gated successes per task over all iterations at most "
-                                             "(null: no cap)")
+                                             "(null: no cap)", bound=Bound(1, 1_000_000))
     gate_drops_seed_repeats: bool = setting(True, help="the gate drops a success whose action sequence repeats a "
                                             "seed's for the same task (it adds no new behaviour); false keeps "
                                             "them, as plain RFT would")
@@ -48,7 +51,7 @@ class LoopResource(dg.ConfigurableResource):
     def validate(self, max_partition: int | None = None, partitions: Iterable[str] | None = None) -> None:
         """`max_partition` / `partitions` (the highest iteration, the benchmark partitions) check K and
         `benchmarks` when known: the loop can only drive benchmarks that are partitions."""
-        check_budget(self.max_iterations, max_partition=max_partition)
+        check_budget(self.iterations, max_partition=max_partition)
         if partitions is not None:
             known = sorted(partitions)
             for name in self.benchmarks:
@@ -56,22 +59,16 @@ class LoopResource(dg.ConfigurableResource):
                     raise ConfigurationError(
                         f"Unknown benchmark {name!r} in loop.benchmarks: the benchmark partitions are "
                         f"{', '.join(known)}. Fix the name, or add the benchmark to the profile's benchmarks.")
-        if self.patience < 1:
-            raise ConfigurationError(f"loop.patience must be >= 1, got {self.patience}")
-        if self.min_samples_per_task < 0:
-            raise ConfigurationError(f"loop.min_samples_per_task must be >= 0, got {self.min_samples_per_task}")
+        check_fields(self, where="loop.")  # each field within its declared bound
         if self.max_samples_per_task is not None and self.max_samples_per_task < max(self.min_samples_per_task, 1):
             raise ConfigurationError(
-                f"loop.max_samples_per_task ({self.max_samples_per_task}) must be >= max(1, min_samples_per_task)")
-        if self.max_gated_per_task is not None and self.max_gated_per_task < 1:
-            raise ConfigurationError(f"loop.max_gated_per_task must be >= 1 or null, got {self.max_gated_per_task}")
-        if not 0 < self.history_decay <= 1:
-            raise ConfigurationError(f"loop.history_decay must be in (0, 1], got {self.history_decay}")
+                f"loop.max_samples_per_task ({self.max_samples_per_task}) must be >= max(1, min_samples_per_task): "
+                "raise loop.max_samples_per_task or lower loop.min_samples_per_task")
 
     def stop_rules(self, max_partition: int | None = None, partitions: Iterable[str] | None = None) -> StopRules:
         """The stop rules; `max_partition` (the highest iteration partition) bounds K when known."""
         self.validate(max_partition, partitions)
-        return StopRules(max_iteration=self.max_iterations, patience=self.patience,
+        return StopRules(iterations=self.iterations, patience=self.patience,
                           min_new_successes=self.min_new_successes, min_improvement=self.min_improvement)
 
     @setup_fails_once  # a bad configuration fails the run once, not 1 + max_retries times

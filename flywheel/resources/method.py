@@ -3,9 +3,10 @@
 import dagster as dg
 
 from flywheel.config.methods import METHODS
+from flywheel.core.options import Bound
 from flywheel.policy.dpo import DPOSettings
 from flywheel.policy.grpo import GRPOSettings
-from flywheel.resources.fields import same_as, setting
+from flywheel.resources.fields import check_fields, same_as, setting
 
 # Fields DPO and GRPO take from the policy's, so that they build prompts and drop examples as its SFT did.
 FROM_POLICY = ("max_length", "max_observation_chars", "seed", "history_window", "packing")
@@ -28,11 +29,14 @@ class MethodResource(dg.ConfigurableResource):
     dpo_epochs: float = same_as(DPOSettings, "epochs")
     dpo_batch_size: int = same_as(DPOSettings, "batch_size")
     dpo_max_steps: int = same_as(DPOSettings, "max_steps")
-    dpo_max_pairs_per_task: int = setting(2, help="preference pairs per task at most (expert vs failed rollout)")
+    dpo_max_pairs_per_task: int = setting(2, help="preference pairs per task at most (expert vs failed rollout)",
+                                          bound=Bound(1, 1_000))
     # GRPO
-    grpo_group_size: int = setting(4, help="G: episodes per task in one GRPO group")
-    grpo_tasks: int = setting(0, help="training tasks per GRPO update (0: every training task)")
-    grpo_temperature: float = setting(1.0, help="sampling temperature of GRPO's episodes")
+    grpo_group_size: int = setting(4, help="G: episodes per task in one GRPO group", bound=Bound(1, 256))
+    grpo_tasks: int = setting(0, help="training tasks per GRPO update (0: every training task)",
+                              bound=Bound(0, 100_000))
+    grpo_temperature: float = setting(1.0, help="sampling temperature of GRPO's episodes",
+                                      bound=Bound(0, 5, integer=False))
     grpo_learning_rate: float = same_as(GRPOSettings, "learning_rate")
     grpo_epochs: int = same_as(GRPOSettings, "epochs")
     grpo_clip: float = same_as(GRPOSettings, "clip")
@@ -61,3 +65,4 @@ class MethodResource(dg.ConfigurableResource):
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self.check()
+        check_fields(self, where="method.")

@@ -5,7 +5,7 @@ from typing import Any
 import dagster as dg
 
 from flywheel.config.validation import ConfigurationError
-from flywheel.resources.fields import same_as
+from flywheel.resources.fields import check_fields, same_as
 from flywheel.rollout.ray_pool import RayOptions
 
 BACKENDS = ("local", "ray")
@@ -41,12 +41,7 @@ class RayConfig(dg.Config):
     def options(self, *, checkpoints_dir: str | None = None) -> RayOptions:
         """The plain options, every field copied by name; `storage_path` defaults to `<checkpoints_dir>/ray`
         (absolute)."""
-        if self.envs_per_actor < 1 or self.sft_workers < 1:
-            raise ConfigurationError("ray.envs_per_actor and ray.sft_workers must be >= 1")
-        if self.env_actor_cpus < 0 or self.sft_cpus_per_worker < 0 or self.sft_gpus_per_worker < 0:
-            raise ConfigurationError("ray: CPUs and GPUs per actor or worker must be >= 0")
-        if self.call_timeout_s <= 0:
-            raise ConfigurationError(f"ray.call_timeout_s must be > 0, got {self.call_timeout_s}")
+        check_fields(self, where="policy.ray.")  # each number within its declared bound
         default_storage = str(Path(checkpoints_dir).resolve() / "ray") if checkpoints_dir else None
         return RayOptions(**{**{f.name: getattr(self, f.name) for f in dataclasses.fields(RayOptions)},
                              "address": self.address or None, "runtime_env": dict(self.runtime_env) or None,

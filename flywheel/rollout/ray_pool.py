@@ -38,7 +38,7 @@ from typing import Any
 
 from envs.base import Env, EnvError, StepResult, Task
 from envs.owned import clean_signals_for_children
-from flywheel.core.options import option
+from flywheel.core.options import Bound, check_bounds, option
 
 log = logging.getLogger(__name__)
 
@@ -55,30 +55,38 @@ class RayOptions:
 
     address: str | None = option(None, help='null: a one-machine cluster for the step; "auto": this machine\'s '
                                             'cluster; "ray://HOST:10001": a Ray client')
-    num_cpus: int | None = option(None, help="CPUs of a local cluster (null: every core)")
-    object_store_memory_mb: int = option(200, help="object store of a local cluster, MiB")
+    num_cpus: int | None = option(None, help="CPUs of a local cluster (null: every core)",
+                                  bound=Bound(1, 4_096))
+    object_store_memory_mb: int = option(200, help="object store of a local cluster, MiB",
+                                         bound=Bound(1, 10_000_000))
     namespace: str = option("flywheel", help="the Ray namespace")
     runtime_env: dict[str, Any] | None = option(None, hash=False, help='Ray runtime_env, e.g. {"env_vars": '
                                                 '{...}}; the image should already hold the project')
     # env actors
-    env_actor_cpus: float = option(1.0, help="CPUs per env actor (each runs envs_per_actor envs)")
+    env_actor_cpus: float = option(1.0, help="CPUs per env actor (each runs envs_per_actor envs)",
+                                   bound=Bound(0, 1_024, integer=False))
     env_actor_memory_mb: int | None = option(None, help="memory per env actor, MiB (e.g. 600 per ScienceWorld JVM x "
-                                                        "envs_per_actor)")
-    envs_per_actor: int = option(4, help="envs per env actor")
-    max_actor_replacements: int = option(4, help="new actors a rollout call may start after actors die")
+                                                        "envs_per_actor)", bound=Bound(1, 10_000_000))
+    envs_per_actor: int = option(4, help="envs per env actor", bound=Bound(1, 1_024))
+    max_actor_replacements: int = option(4, help="new actors a rollout call may start after actors die",
+                                        bound=Bound(0, 1_024))
     # So an actor that hangs or can never be scheduled does not stall the run.
     call_timeout_s: float = option(600.0, help="an env call (reset/step) unanswered this long: its actor is taken "
-                                               "as lost and killed")
+                                               "as lost and killed", bound=Bound(0, 86_400, integer=False, open_lo=True))
     generation_actor: bool = option(False, help="transformers policy: the model generates in a Ray actor (e.g. on a "
                                                 "GPU node), not the driver")
-    generation_cpus: float = option(1.0, help="CPUs of the generation actor")
-    generation_gpus: float = option(0.0, help="GPUs of the generation actor (e.g. 1 with policy.device: cuda)")
+    generation_cpus: float = option(1.0, help="CPUs of the generation actor", bound=Bound(0, 1_024, integer=False))
+    generation_gpus: float = option(0.0, help="GPUs of the generation actor (e.g. 1 with policy.device: cuda)",
+                                    bound=Bound(0, 64, integer=False))
     # SFT on Ray Train (flywheel.policy.sft_ray)
-    sft_workers: int = option(1, help="Ray Train workers for sft_checkpoint")
-    sft_cpus_per_worker: float = option(1.0, help="CPUs per Ray Train worker")
-    sft_gpus_per_worker: float = option(0.0, help="GPUs per Ray Train worker")
+    sft_workers: int = option(1, help="Ray Train workers for sft_checkpoint", bound=Bound(1, 1_024))
+    sft_cpus_per_worker: float = option(1.0, help="CPUs per Ray Train worker", bound=Bound(0, 1_024, integer=False))
+    sft_gpus_per_worker: float = option(0.0, help="GPUs per Ray Train worker", bound=Bound(0, 64, integer=False))
     storage_path: str | None = option(None, help="Ray Train's storage: a shared folder, NFS mount or s3:// URI "
                                                  "(the policy resource's default: <checkpoints_dir>/ray)")
+
+    def __post_init__(self) -> None:
+        check_bounds(self, where="policy.ray.")
 
 
 @dataclass(frozen=True)

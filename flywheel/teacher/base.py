@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from flywheel.core.trajectory import Trajectory
 
@@ -27,6 +27,13 @@ class Teacher(Protocol):
 
     def annotate(self, traj: Trajectory, instructions: str) -> list[Annotation]:
         """One (e_t, p_t) per step of an expert trajectory whose actions and observations are filled."""
+        ...
+
+    def propose_tasks(self, *, benchmark: str, instructions: str, schema: str, seeds: list[dict],
+                      candidates: list[dict], n: int) -> list[Any]:
+        """Stage 2: up to n harder tasks, raw (each a candidate's params or the model's item; the caller validates
+        them: flywheel.curriculum.proposals.read_proposal). `seeds`: {"goal", "length"} of each seed; `candidates`:
+        the concrete tasks the env can build."""
         ...
 
 

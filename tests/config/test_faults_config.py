@@ -71,9 +71,9 @@ def test_micro_batch_not_a_divisor(tmp_path):
 
 
 def test_negative_budget(tmp_path):
-    msg, _ = run({"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "loop": LoopResource(max_iterations=-1)},
+    msg, _ = run({"store": StoreResource(path=str(tmp_path / "fw.duckdb")), "loop": LoopResource(iterations=-1)},
                  "iteration_job", partition_key(BENCH, 0), ["gated_dataset"])
-    assert "budget K must be >= 0, got -1" in msg and "set loop.max_iterations" in msg
+    assert "budget K must be >= 0, got -1" in msg and "set loop.iterations" in msg
     with pytest.raises(ConfigurationError, match="iterations must be >= 0, got -1"):
         run_flywheel(BENCH, resources={}, iterations=-1, instance=dg.DagsterInstance.ephemeral())
 

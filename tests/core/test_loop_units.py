@@ -99,7 +99,7 @@ def facts(k, new=2, seen=0.5, passed=True, total=None):
 
 
 def test_continue_until_budget():
-    pol = StopRules(max_iteration=2, patience=2)
+    pol = StopRules(iterations=2, patience=2)
     d0 = decide([facts(0, seen=0.1)], pol)
     assert d0.action == "continue" and d0.next_iteration == 1 and "iteration 0 added 2" in d0.reason
     d2 = decide([facts(0, seen=0.1), facts(1, seen=0.2), facts(2, seen=0.3)], pol)
@@ -107,26 +107,26 @@ def test_continue_until_budget():
 
 
 def test_failed_gate_check_stops():
-    d = decide([facts(0, new=0, passed=False)], StopRules(max_iteration=3))
+    d = decide([facts(0, new=0, passed=False)], StopRules(iterations=3))
     assert d.action == "stop" and d.code == "gate_check_failed"
 
 
 def test_dataset_stall_and_seen_stall_with_patience():
-    pol = StopRules(max_iteration=9, patience=2, min_new_successes=3)
+    pol = StopRules(iterations=9, patience=2, min_new_successes=3)
     d = decide([facts(0, new=5, seen=0.1), facts(1, new=1, seen=0.2), facts(2, new=2, seen=0.3)], pol)
     assert d.code == "dataset_stalled" and "[1, 2]" in d.reason
-    pol = StopRules(max_iteration=9, patience=2)
+    pol = StopRules(iterations=9, patience=2)
     seen = [0.2, 0.5, 0.4, 0.5]
     d = decide([facts(i, seen=s) for i, s in enumerate(seen)], pol)
     assert d.code == "seen_stalled"
     assert decide([facts(i, seen=s) for i, s in enumerate(seen[:3])], pol).action == "continue"
     # patience 1: a single non-improving iteration stops
-    assert decide([facts(0, seen=0.5), facts(1, seen=0.5)], StopRules(max_iteration=9, patience=1)).code == "seen_stalled"
+    assert decide([facts(0, seen=0.5), facts(1, seen=0.5)], StopRules(iterations=9, patience=1)).code == "seen_stalled"
 
 
 def test_negative_budget_rejected():
     with pytest.raises(ValueError):
-        StopRules(max_iteration=-1)
+        StopRules(iterations=-1)
 
 
 # -- confidence intervals -----------------------------------------------------------------------------
@@ -192,11 +192,11 @@ def test_task_stats_replace_per_iteration(tmp_path):
 
 
 def test_iteration_budget_is_checked_against_the_partitions():
-    """K (loop.max_iterations) >= 0 always; K <= the highest iteration partition when it is known."""
+    """K (loop.iterations) >= 0 always; K <= the highest iteration partition when it is known."""
     from flywheel.config.validation import ConfigurationError
 
-    assert LoopResource(max_iterations=1).stop_rules(max_partition=3).max_iteration == 1
+    assert LoopResource(iterations=1).stop_rules(max_partition=3).iterations == 1
     with pytest.raises(ConfigurationError, match="must be >= 0"):
-        LoopResource(max_iterations=-1).stop_rules()
-    with pytest.raises(ConfigurationError, match="raise the profile's max_iteration to at least 7"):
-        LoopResource(max_iterations=7).stop_rules(max_partition=3)
+        LoopResource(iterations=-1).stop_rules()
+    with pytest.raises(ConfigurationError, match="raise the profile's iterations to at least 7"):
+        LoopResource(iterations=7).stop_rules(max_partition=3)

@@ -44,14 +44,19 @@ def test_failed_transaction_keeps_old_rows(tmp_path):
     assert db.trajectory_table().height == 1
 
 
-def test_gated_ids_up_to_iteration(tmp_path):
+def test_gated_ids_say_which_gates_and_whether_trajectories_or_tasks(tmp_path):
+    """Issue 56: `traj_ids_gated_up_to` (gates 0..k), `traj_ids_gated_at` (gate k) and `task_ids_gated_at` (gate
+    k's distinct tasks), not gated_ids / gated_ids_of / gated_task_ids."""
     db = Store(tmp_path / "s.duckdb")
     db.write_gated("b", 0, [("x0", "t")])
     db.write_gated("b", 1, [("x1", "t")])
-    db.write_gated("b", 1, [("x1b", "t")])  # re-run replaces
-    assert db.gated_ids("b", up_to_iteration=0) == ["x0"]
-    assert db.gated_ids("b", up_to_iteration=1) == ["x0", "x1b"]
+    db.write_gated("b", 1, [("x1b", "t"), ("x1c", "t"), ("x1d", "u")])  # re-run replaces
+    assert db.traj_ids_gated_up_to("b", 0) == ["x0"]
+    assert db.traj_ids_gated_up_to("b", 1) == ["x0", "x1b", "x1c", "x1d"]
+    assert db.traj_ids_gated_at("b", 1) == ["x1b", "x1c", "x1d"]
+    assert db.task_ids_gated_at("b", 1) == ["t", "u"]
     assert db.gated_iterations("b") == [0, 1]
+    assert not {"gated_ids", "gated_ids_of", "gated_task_ids"} & set(dir(Store))
 
 
 def _writer(path: str, offset: int) -> None:

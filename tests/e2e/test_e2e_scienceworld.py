@@ -91,7 +91,7 @@ def test_gated_successes_flow_into_next_iteration(tmp_path, tiny):
     db = Store(tmp_path / "fw.duckdb")
     # 2 tasks x 2 samples succeed; the second sample repeats the first's actions and is dropped.
     assert db.query("SELECT passed, candidates FROM gate_runs").rows() == [(2, 4)]
-    gated = db.load_trajectories(db.gated_ids(BENCH, up_to_iteration=0))
+    gated = db.load_trajectories(db.traj_ids_gated_up_to(BENCH, 0))
     assert all(t.success and t.actions[0] == "look around" for t in gated)
     it1 = run(defs, "iteration_job", partition_key(BENCH, 1), ["sft_checkpoint"], instance)
     assert it1.success

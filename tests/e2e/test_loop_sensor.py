@@ -38,7 +38,7 @@ def key(k: int) -> str:
 
 def test_two_iterations_driven_by_the_sensor(tmp_path, tiny):
     solved, unsolved = train_tasks()
-    defs = loop_defs(tmp_path, tiny, max_iterations=1, fail_tasks=[unsolved])
+    defs = loop_defs(tmp_path, tiny, iterations=1, fail_tasks=[unsolved])
     # The sensor and schedule of these definitions: over the test benchmark's partitions.
     flywheel_sensor, flywheel_schedule = defs.resolve_sensor_def("flywheel_sensor"), defs.resolve_schedule_def("flywheel_schedule")
     sensor_res = {"store": defs.resources["store"], "loop": defs.resources["loop"]}
@@ -107,15 +107,15 @@ def test_two_iterations_driven_by_the_sensor(tmp_path, tiny):
 def test_raising_k_reopens_the_loop_run_unattended(tmp_path, tiny):
     """`pipeline.run_loop` (sensor ticks + in-process runs, no daemon) from bootstrap to the
     stop; then K is raised and the same call continues from the budget stop."""
-    res = loop_resources(tmp_path, tiny, max_iterations=0)
+    res = loop_resources(tmp_path, tiny, iterations=0)
     db = Store(tmp_path / "fw.duckdb")
     with dg.instance_for_test() as instance:
-        boot = loop_defs(tmp_path, tiny, max_iterations=0).resolve_job_def("bootstrap_job").execute_in_process(
+        boot = loop_defs(tmp_path, tiny, iterations=0).resolve_job_def("bootstrap_job").execute_in_process(
             partition_key=BENCH, instance=instance)
         assert boot.success
         first = run_loop(resources=res, instance=instance, profile=loop_profile(0))
         assert [p for p, _ in first.runs] == [key(0)] and "budget K=0" in first.last_message
-        more = run_loop(resources=loop_resources(tmp_path, tiny, max_iterations=2), instance=instance,
+        more = run_loop(resources=loop_resources(tmp_path, tiny, iterations=2), instance=instance,
                         profile=loop_profile(2))
         assert [p for p, _ in more.runs] == [key(1), key(2)]
         assert all(r.success for _, r in more.runs)

@@ -28,14 +28,14 @@ ITERATION = ["sft_checkpoint", "rollouts", "gated_dataset", "evaluation"]
 
 PROFILE = f"""
 benchmarks: {{{NAME}: "{REF}"}}
-max_iteration: 1
+iterations: 1
 runs_dir: RUNS
 model: MODEL
 envs: {{max_steps: 10}}
 policy: {{epochs: 1, max_train_steps: 1, batch_size: 2, samples_per_task: 1, parallel_envs: 2,
           history_window: 2, max_new_tokens: 8}}
 curriculum: {{max_proposals: 2}}
-loop: {{benchmarks: [{NAME}], max_iterations: 1}}
+loop: {{benchmarks: [{NAME}], iterations: 1}}
 """
 
 
@@ -77,7 +77,7 @@ def test_the_tiny_benchmark_runs_the_flywheel_through_dagster(tmp_path, tiny, mo
     assert min(len(t.steps) for t in synthetic) > max(len(t.steps) for t in teacher)
 
     for k in (0, 1):
-        gated = db.load_trajectories(db.gated_ids_of(NAME, k))
+        gated = db.load_trajectories(db.traj_ids_gated_at(NAME, k))
         # every training task solved, after k+1 looks: new action sequences, so the gate keeps them
         assert sorted(t.task_id for t in gated) == sorted(t.task_id for t in train), k
         assert all(t.success and t.actions[: k + 1] == ("look around",) * (k + 1) for t in gated)

@@ -72,24 +72,24 @@ def finish(instance, db, k, *, new=2, seen=0.5, passed=True, evaluated=True, che
 
 def test_sensor_walks_the_loop_and_records_each_decision(tmp_path):
     with world(tmp_path) as (instance, db, path):
-        r = sensor(instance, path, max_iterations=2)
+        r = sensor(instance, path, iterations=2)
         assert not r.run_requests and "synthetic_curriculum not materialized" in r.skip_reason.skip_message
 
         bootstrap(instance)
-        r = sensor(instance, path, max_iterations=2)
+        r = sensor(instance, path, iterations=2)
         [req] = r.run_requests
         assert req.partition_key == "scienceworld|0" and req.tags["flywheel/decision"] == "start"
         assert json.loads(r.cursor)[B]["state"] == "launched"
-        out = schedule(instance, path, max_iterations=2)  # iteration 0 is claimed once: the schedule skips
+        out = schedule(instance, path, iterations=2)  # iteration 0 is claimed once: the schedule skips
         assert isinstance(out, dg.SkipReason) and "already requested" in out.skip_message
 
         start(db, 0)
         finish(instance, db, 0, evaluated=False)
-        r = sensor(instance, path, max_iterations=2)
+        r = sensor(instance, path, iterations=2)
         assert not r.run_requests and "waiting for evaluation of scienceworld|0" in r.skip_reason.skip_message
 
         finish(instance, db, 0, seen=0.2, checked=False)
-        r = sensor(instance, path, max_iterations=2)
+        r = sensor(instance, path, iterations=2)
         [req] = r.run_requests
         assert req.partition_key == "scienceworld|1" and req.tags["flywheel/decision"] == "continue"
         assert req.tags["flywheel/after_iteration"] == "0" and "added 2 new unique successes" in req.tags["flywheel/reason"]
@@ -97,21 +97,21 @@ def test_sensor_walks_the_loop_and_records_each_decision(tmp_path):
         assert (row["decision"], row["decided_by"], row["seen_success"], row["train_trajectories"]) == ("continue", "sensor", 0.2, 2)
 
         # The launch was lost (daemon died after deciding): the next tick asks again, same run key.
-        again = sensor(instance, path, max_iterations=2).run_requests
+        again = sensor(instance, path, iterations=2).run_requests
         assert [(q.partition_key, q.run_key) for q in again] == [(req.partition_key, req.run_key)]
 
         start(db, 1)
-        r = sensor(instance, path, max_iterations=2)
+        r = sensor(instance, path, iterations=2)
         assert not r.run_requests and json.loads(r.cursor)[B] == {
             "state": "waiting", "iteration": 1, "reason": "waiting for gated_dataset, gated_dataset_is_usable, evaluation of scienceworld|1"}
 
         # Iteration 1 does not improve on seen: with patience 1 the *schedule* stops the loop.
         finish(instance, db, 1, seen=0.2)
-        out = schedule(instance, path, max_iterations=2, patience=1)
+        out = schedule(instance, path, iterations=2, patience=1)
         assert isinstance(out, dg.SkipReason) and "seen-split success stopped improving" in out.skip_message
         rows = db.iterations(B).select("iteration", "decision", "decided_by").rows()
         assert rows == [(0, "continue", "sensor"), (1, "stop", "schedule")]
-        r = sensor(instance, path, max_iterations=2, patience=1)  # the sensor reads the same decision
+        r = sensor(instance, path, iterations=2, patience=1)  # the sensor reads the same decision
         assert not r.run_requests and json.loads(r.cursor)[B]["state"] == "stopped"
 
 
@@ -123,18 +123,18 @@ def test_a_preview_shows_the_tick_and_writes_nothing(tmp_path):
 
     with world(tmp_path) as (instance, db, path):
         bootstrap(instance)
-        [req] = preview(max_iterations=2).run_requests
+        [req] = preview(iterations=2).run_requests
         assert req.partition_key == "scienceworld|0"
-        assert [req.run_key] == [q.run_key for q in sensor(instance, path, max_iterations=2).run_requests]  # not claimed
+        assert [req.run_key] == [q.run_key for q in sensor(instance, path, iterations=2).run_requests]  # not claimed
         start(db, 0)
         finish(instance, db, 0)
         before = db.iterations(B).rows()
-        r = preview(max_iterations=0)  # would stop at the budget
+        r = preview(iterations=0)  # would stop at the budget
         assert "reached the iteration budget K=0" in r.skip_reason.skip_message
         assert db.iterations(B).rows() == before  # no decision recorded
-        [req] = preview(max_iterations=2).run_requests  # would continue
+        [req] = preview(iterations=2).run_requests  # would continue
         assert req.partition_key == "scienceworld|1" and db.iterations(B).rows() == before
-        [req] = sensor(instance, path, max_iterations=2).run_requests  # a real tick records it
+        [req] = sensor(instance, path, iterations=2).run_requests  # a real tick records it
         assert db.iterations(B).row(0, named=True)["decision"] == "continue"
 
 
@@ -143,9 +143,9 @@ def test_budget_stop_reopens_when_k_is_raised(tmp_path):
         bootstrap(instance)
         start(db, 0)
         finish(instance, db, 0)
-        r = sensor(instance, path, max_iterations=0)
+        r = sensor(instance, path, iterations=0)
         assert not r.run_requests and "reached the iteration budget K=0" in r.skip_reason.skip_message
-        [req] = sensor(instance, path, max_iterations=1).run_requests
+        [req] = sensor(instance, path, iterations=1).run_requests
         assert req.partition_key == "scienceworld|1"
 
 
@@ -154,21 +154,21 @@ def test_failed_gate_check_stops_and_a_new_gate_reopens(tmp_path):
         bootstrap(instance)
         start(db, 0)
         finish(instance, db, 0, new=0, passed=False)
-        r = sensor(instance, path, max_iterations=3)
+        r = sensor(instance, path, iterations=3)
         assert not r.run_requests and "gated_dataset_is_usable failed for iteration 0" in r.skip_reason.skip_message
         finish(instance, db, 0, new=3, passed=True)  # rollouts and gate re-run: k is decided again
-        [req] = sensor(instance, path, max_iterations=3).run_requests
+        [req] = sensor(instance, path, iterations=3).run_requests
         assert req.partition_key == "scienceworld|1"
 
 
 def test_bad_loop_config_fails_the_tick_loudly(tmp_path):
     with world(tmp_path) as (instance, db, path):
         with pytest.raises(ConfigurationError, match="must be >= 0"):
-            evaluate_loop(instance, db, LoopResource(max_iterations=-1), trigger="sensor")
+            evaluate_loop(instance, db, LoopResource(iterations=-1), trigger="sensor")
         with pytest.raises(ConfigurationError, match="Unknown benchmark 'nosuch'"):
             evaluate_loop(instance, db, LoopResource(benchmarks=["nosuch"]), trigger="sensor")
-        with pytest.raises(ConfigurationError, match="raise the profile's max_iteration to at least 99"):
-            evaluate_loop(instance, db, LoopResource(max_iterations=99), trigger="sensor")
+        with pytest.raises(ConfigurationError, match="raise the profile's iterations to at least 99"):
+            evaluate_loop(instance, db, LoopResource(iterations=99), trigger="sensor")
 
 
 def test_definitions_carry_the_loop():

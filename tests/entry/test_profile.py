@@ -25,14 +25,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 PROFILE = """
 benchmarks: [webshop]
-max_iteration: 5
+iterations: 5
 runs_dir: {runs}
 model: {model}
 policy_backend: vllm
 loop_cron: "0 * * * *"
 envs: {{train_limit: 7, spec_options: {{webshop: {{prompt: compact}}}}}}
 policy: {{history_window: 2, samples_per_task: 3}}
-loop: {{max_iterations: 4, patience: 3}}
+loop: {{iterations: 4, patience: 3}}
 teacher: {{base_url: "http://127.0.0.1:9/v1", model: some-teacher}}
 """
 
@@ -45,10 +45,10 @@ def write_profile(tmp_path, text=PROFILE, **fields) -> Path:
 
 def test_defaults_are_every_benchmark_and_iterations_0_to_3():
     p = Profile()
-    assert p.benchmarks == tuple(sorted(REGISTRY)) and p.max_iteration == 3
+    assert p.benchmarks == tuple(sorted(REGISTRY)) and p.iterations == 3
     res = p.resources()
     assert isinstance(res["policy"], TransformersPolicy) and isinstance(res["teacher"], ScriptedTeacherResource)
-    assert res["loop"].max_iterations == 3 and res["store"].path == str(p.runs_path / "flywheel.duckdb")
+    assert res["loop"].iterations == 3 and res["store"].path == str(p.runs_path / "flywheel.duckdb")
     assert load_profile(None) == p and load_profile("") == p
 
 
@@ -72,7 +72,7 @@ def test_a_profile_configures_partitions_resources_and_schedule(tmp_path):
     assert res["policy"].base_model_path == str(tmp_path / "model")
     assert res["policy"].checkpoints_dir == str(tmp_path / "runs" / "checkpoints")
     assert res["store"].path == str(tmp_path / "runs" / "flywheel.duckdb")
-    assert res["envs"].train_limit == 7 and res["loop"].max_iterations == 4 and res["loop"].patience == 3
+    assert res["envs"].train_limit == 7 and res["loop"].iterations == 4 and res["loop"].patience == 3
     assert isinstance(res["teacher"], OpenAITeacherResource) and res["teacher"].model == "some-teacher"
 
 
@@ -89,11 +89,13 @@ def test_the_launchpad_accepts_the_profiles_teacher(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("text, message", [
     ("benchmarks: [nosuch]\n", "Unknown benchmark 'nosuch'"),
-    ("max_iteration: -1\n", "max_iteration must be an integer >= 0"),
+    ("iterations: -1\n", "iterations must be an integer in 0..1000 (K: iterations 0..K), got -1"),
     ("policy_backend: tgi\n", "policy_backend must be one of"),
     ("polcy: {}\n", "unknown field(s) ['polcy']"),
     ("policy: {histroy_window: 2}\n", "unknown policy field(s) ['histroy_window']"),
-    ("max_iteration: 2\nloop: {max_iterations: 3}\n", "raise the profile's max_iteration to at least 3"),
+    ("iterations: 2\nloop: {iterations: 3}\n", "raise the profile's iterations to at least 3"),
+    ("iterations: 2\nmax_iteration: 2\n", "max_iteration is the old name of iterations and both are set"),
+    ("loop: {iterations: 2, max_iterations: 2}\n", "loop.max_iterations is the old name of loop.iterations"),
     ("envs: [1, 2]\n", "section 'envs' must be a mapping"),
     ("- a\n- b\n", "must be a mapping of fields"),
 ])
@@ -133,9 +135,9 @@ def test_cli_commands_read_the_profile(tmp_path, capsys):
     assert res["store"].path == str(tmp_path / "runs" / "demo" / "flywheel.duckdb")
     assert main(["--profile", str(path), "report"]) == 2  # no store yet under the profile's runs_dir
     assert str(tmp_path / "runs" / "demo") in capsys.readouterr().err
-    (tmp_path / "bad.yaml").write_text("max_iteration: x\n")
+    (tmp_path / "bad.yaml").write_text("iterations: x\n")
     assert main(["--profile", str(tmp_path / "bad.yaml"), "report"]) == 2
-    assert "max_iteration must be an integer" in capsys.readouterr().err
+    assert "iterations must be an integer in 0..1000" in capsys.readouterr().err
 
 
 def _module_level_env_reads(path: Path) -> list[str]:
@@ -161,7 +163,7 @@ def test_nothing_in_flywheel_reads_the_environment_at_import_time():
     assert offenders == []
     # and the resources' defaults are constants: the same whatever the environment says
     code = ("from flywheel.resources import StoreResource, TransformersPolicy, LoopResource; "
-            "print(StoreResource().path, TransformersPolicy().base_model_path, LoopResource().max_iterations)")
+            "print(StoreResource().path, TransformersPolicy().base_model_path, LoopResource().iterations)")
     outs = []
     for extra in ({}, {"FLYWHEEL_RUNS_DIR": "/elsewhere", "FLYWHEEL_BASE_MODEL": "/m", "FLYWHEEL_ITERATION_BUDGET": "1"}):
         env = {"PATH": "/usr/bin:/bin", **extra}
@@ -174,9 +176,9 @@ def test_nothing_in_flywheel_reads_the_environment_at_import_time():
 
 def test_the_shipped_example_profile_loads():
     profile = load_profile(REPO / "profiles" / "example.yaml")
-    assert profile.benchmarks == ("webshop", "scienceworld") and profile.max_iteration == 4
+    assert profile.benchmarks == ("webshop", "scienceworld") and profile.iterations == 3
     res = profile.resources()
-    assert res["loop"].max_iterations == 3 and res["envs"].spec_options["webshop"] == {"prompt": "compact"}
+    assert res["loop"].iterations == 3 and res["envs"].spec_options["webshop"] == {"prompt": "compact"}
 
 
 def test_each_policy_knob_is_declared_once_with_its_configs_default():
@@ -211,3 +213,25 @@ def test_each_policy_knob_is_declared_once_with_its_configs_default():
     assert changed.rollout_config(evaluation=True).temperature == 0.0
     with pytest.raises(ValueError, match="history_mode must be one of fused, react"):
         PolicyResource(history_mode="chat").prompt_shape()
+
+
+def test_k_is_called_iterations_and_the_old_spellings_load_for_one_release_with_a_warning(tmp_path, caplog):
+    """Issue 56: K is `iterations` in presets, profiles, the loop resource, the stop rules and the demo's flag; a
+    profile's `max_iteration` and `loop.max_iterations` still load, warning with the new name."""
+    import dataclasses
+
+    from flywheel.cli import build_parser
+    from flywheel.core.decisions import StopRules
+    from flywheel.resources import LoopResource
+
+    assert "iterations" in LoopResource.model_fields and "max_iterations" not in LoopResource.model_fields
+    assert [f.name for f in dataclasses.fields(StopRules)][0] == "iterations"
+    assert build_parser().parse_args(["demo", "--iterations", "2"]).iterations == 2
+    old = write_profile(tmp_path, text="benchmarks: [webshop]\nmax_iteration: 4\nloop: {{max_iterations: 2}}\n")
+    with pytest.warns(DeprecationWarning) as warned:
+        profile = load_profile(old)
+    assert profile.iterations == 4 and profile.resources()["loop"].iterations == 2
+    texts = [str(w.message) for w in warned]
+    assert any("max_iteration is deprecated" in t and "rename it to iterations" in t for t in texts)
+    assert any("loop.max_iterations is deprecated" in t and "rename it to loop.iterations" in t for t in texts)
+    assert "rename it to iterations" in caplog.text  # the log says it too, where warnings are not shown

@@ -117,7 +117,7 @@ def test_invalid_loop_config_fails_once(tmp_path, instance, fake_train):
     store_with_seeds(tmp_path / "fw.duckdb")
     result, dagster_run = run(instance, resources(tmp_path, loop=LoopResource(patience=0)), 0, ["sft_checkpoint"])
     assert not result.success and fake_train == []
-    assert "patience must be >= 1" in dagster_run.tags[FAIL_ONCE_TAG]
+    assert "loop.patience must be an integer in 1..1000" in dagster_run.tags[FAIL_ONCE_TAG]
     assert dagster_run.tags[WILL_RETRY_TAG] == "false" and not retried_by_daemon(instance, dagster_run)
 
 
@@ -205,11 +205,11 @@ def test_sensor_applies_the_same_rule(tmp_path, instance):
     for key, partition in (("synthetic_curriculum", BENCH), ("evaluation", str(partition_key(BENCH, 0)))):
         instance.report_runless_asset_event(dg.AssetMaterialization(key, partition=partition))
     db.record_checkpoint({"checkpoint_id": "ck0", "benchmark": BENCH, "iteration": 0, "path": "x"})
-    tick = evaluate_loop(instance, db, LoopResource(benchmarks=[BENCH], max_iterations=2), trigger="sensor")
+    tick = evaluate_loop(instance, db, LoopResource(benchmarks=[BENCH], iterations=2), trigger="sensor")
     assert tick.status[BENCH]["state"] == "stopped" and tick.status[BENCH]["reason"].startswith("gate_check_failed")
     assert not tick.run_requests
     db.clear_decision(BENCH, 0)
-    tick = evaluate_loop(instance, db, LoopResource(benchmarks=[BENCH], max_iterations=2, continue_on_empty_gate=True,
+    tick = evaluate_loop(instance, db, LoopResource(benchmarks=[BENCH], iterations=2, continue_on_empty_gate=True,
                                                     min_new_successes=0), trigger="sensor")
     assert [r.partition_key for r in tick.run_requests] == [str(partition_key(BENCH, 1))]
     assert db.iterations(BENCH)["gate_check_passed"].to_list() == [False]  # recorded as it was

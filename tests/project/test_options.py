@@ -94,10 +94,12 @@ def test_mirrored_fields_carry_the_plain_config_s_default_help_and_bound():
                 if f is None or info.description != f.metadata.get("help"):
                     continue
                 mirrored += 1
+                assert (info.json_schema_extra or {}).get("bound") == f.metadata["bound"], (cls.__name__, name)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                    continue  # required in the plain config (StopRules.iterations): the resource gives the default
                 default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
                 assert info.default in (default, list(default) if isinstance(default, tuple) else default, "") \
                     or info.default_factory is not None, (cls.__name__, name)
-                assert (info.json_schema_extra or {}).get("bound") == f.metadata["bound"], (cls.__name__, name)
     assert mirrored >= 30
 
 
@@ -105,7 +107,7 @@ def test_bounds_are_read_from_the_fields_that_declare_them():
     bounds = bounds_of(TransformersPolicy, EnvResource, LoopResource)
     assert bounds["max_new_tokens"] is dataclasses.fields(RolloutConfig)[1].metadata["bound"]
     assert bounds["max_train_steps"].allows(-1) and not bounds["max_train_steps"].allows(0)
-    assert not bounds["train_limit"].allows(0) and bounds["max_iterations"].allows(0)
+    assert not bounds["train_limit"].allows(0) and bounds["iterations"].allows(0)
     from flywheel.config.validation import ConfigurationError, check_options
     with pytest.raises(ConfigurationError, match=r"policy\.max_new_tokens must be an integer in 1\.\.8192"):
         check_options({"max_new_tokens": 0}, bounds=bounds, where="policy.")
@@ -177,3 +179,105 @@ def test_the_configuration_page_s_tables_are_the_declarations():
     text = DOC.read_text()
     assert render(text) == text, "docs/configuration.md is stale: run python -m flywheel.config.reference"
     assert {name for name in CLASSES if f"<!-- options: {name} -->" in text} == set(CLASSES)
+
+
+# -- issue 56: every numeric knob bounded in its declaration, checked where the config is built ---------------
+def _numeric(config) -> list[str]:
+    """The int / float fields of a plain config (bools and strings aside)."""
+    return [f.name for f in dataclasses.fields(config)
+            if str(f.type).replace(" | None", "") in ("int", "float") and f.name != "lora_alpha"]
+
+
+def test_loop_and_ray_bounds_are_declared_on_their_fields_not_written_as_ifs():
+    from flywheel.config.validation import ConfigurationError
+    from flywheel.resources.ray_cluster import RayConfig
+
+    assert {"patience", "min_samples_per_task", "max_samples_per_task", "history_decay",
+            "max_gated_per_task"} <= set(bounds_of(LoopResource))
+    assert {"envs_per_actor", "sft_workers", "env_actor_cpus", "sft_cpus_per_worker", "sft_gpus_per_worker",
+            "call_timeout_s"} <= set(bounds_of(RayConfig))
+    with pytest.raises(ConfigurationError, match=r"^loop\.history_decay must be a number > 0 and <= 1, got 0"):
+        LoopResource(history_decay=0).validate()
+    with pytest.raises(ConfigurationError, match=r"^policy\.ray\.call_timeout_s must be a number > 0 and <= 86400"):
+        RayConfig(call_timeout_s=0).options()
+    with pytest.raises(ValueError, match=r"^policy\.ray\.envs_per_actor must be an integer in 1\.\.1024"):
+        RayOptions(envs_per_actor=0)
+
+
+@pytest.mark.parametrize("config", [DPOSettings, GRPOSettings, RayOptions, StopRules], ids=lambda c: c.__name__)
+def test_every_numeric_field_of_the_trainers_and_ray_is_bounded(config):
+    unbounded = [n for n in _numeric(config) if option_bound(config, n) is None]
+    assert not unbounded
+
+
+def option_bound(config, name):
+    return next(f.metadata.get("bound") for f in dataclasses.fields(config) if f.name == name)
+
+
+def test_an_out_of_range_dpo_learning_rate_is_refused_in_one_line_naming_the_field_and_range():
+    from flywheel.config.validation import ConfigurationError
+    from flywheel.profile import profile_from_mapping
+
+    with pytest.raises(ConfigurationError) as exc:
+        profile_from_mapping({"method": {"dpo_learning_rate": 2.0}})
+    assert "\n" not in str(exc.value) and "method.dpo_learning_rate must be a number > 0 and <= 1, got 2.0" \
+        in str(exc.value)
+    with pytest.raises(ValueError, match=r"^DPOSettings\.learning_rate must be a number > 0 and <= 1, got 2\.0"):
+        DPOSettings(learning_rate=2.0)
+    with pytest.raises(ValueError, match=r"^GRPOSettings\.clip must be a number > 0 and <= 1, got 0"):
+        GRPOSettings(clip=0)
+    with pytest.raises(ConfigurationError, match=r"^method\.grpo_learning_rate must be"):
+        from flywheel.resources.fields import check_fields
+        check_fields(MethodResource(grpo_learning_rate=0.0), where="method.")
+
+
+def test_every_rollout_config_field_has_help():
+    assert not [f.name for f in dataclasses.fields(RolloutConfig) if not f.metadata.get("help", "").strip()]
+
+
+def test_the_gate_s_drop_invalid_steps_flag_has_one_default():
+    """LoopResource.gate_drops_invalid_steps declares it; the functions that take it take no default of their own."""
+    import inspect
+
+    from flywheel.assets import refinement, training
+
+    assert LoopResource().gate_drops_invalid_steps is True
+    for module in (training, refinement):
+        for name, fn in inspect.getmembers(module, inspect.isfunction):
+            param = inspect.signature(fn).parameters.get("drop_invalid_steps")
+            assert param is None or param.default is inspect.Parameter.empty, f"{module.__name__}.{name}"
+
+
+def test_propose_tasks_is_part_of_the_teacher_protocol():
+    import inspect
+
+    from flywheel.curriculum import solving
+    from flywheel.teacher import ScriptedTeacher
+    from flywheel.teacher.base import Teacher
+    from flywheel.teacher.openai_teacher import OpenAITeacher
+
+    wanted = set(inspect.signature(Teacher.propose_tasks).parameters)
+    for cls in (ScriptedTeacher, OpenAITeacher):
+        assert wanted <= set(inspect.signature(cls.propose_tasks).parameters), cls.__name__
+    assert "hasattr" not in inspect.getsource(solving)
+
+
+@pytest.mark.parametrize("cls", RESOURCES, ids=lambda c: c.__name__)
+def test_every_numeric_field_of_every_resource_is_bounded(cls):
+    """Issue 56: a number the launchpad or a profile can set has a declared range, checked before any work."""
+    def numeric(info) -> bool:
+        kinds = {a for a in getattr(info.annotation, "__args__", (info.annotation,)) if a is not type(None)}
+        return bool(kinds) and kinds <= {int, float}
+
+    assert not [name for name, info in cls.model_fields.items()
+                if numeric(info) and (info.json_schema_extra or {}).get("bound") is None]
+
+
+def test_a_profile_s_teacher_and_curriculum_numbers_are_checked_when_it_loads():
+    from flywheel.config.validation import ConfigurationError
+    from flywheel.profile import profile_from_mapping
+
+    with pytest.raises(ConfigurationError, match=r"teacher\.max_retries must be an integer in 0\.\.100, got -1"):
+        profile_from_mapping({"teacher": {"base_url": "http://127.0.0.1:9/v1", "model": "m", "max_retries": -1}})
+    with pytest.raises(ConfigurationError, match=r"curriculum\.candidate_limit must be an integer in 1\.\.100000"):
+        profile_from_mapping({"curriculum": {"candidate_limit": 0}})
