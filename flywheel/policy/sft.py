@@ -358,7 +358,7 @@ def train_sft(
         seed=cfg.seed,
         use_cpu=not torch.cuda.is_available(),
         bf16=cfg.bf16 if cfg.bf16 is not None else (torch.cuda.is_available() or cpu_has_bf16()),
-        gradient_checkpointing=cfg.gradient_checkpointing,
+        activation_checkpointing=cfg.gradient_checkpointing,  # transformers 5 renamed gradient_checkpointing
         disable_tqdm=True,
         **({"train_sampling_strategy": "group_by_length"} if cfg.group_by_length and cfg.order == "shuffle" else {}),
     )
