@@ -719,6 +719,14 @@ def stoppable_by_sigterm() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+
+def quiet_library_progress() -> None:
+    """No progress bars from the libraries ("Loading weights", "Writing model shards", datasets' "Map"): the
+    commands print one line per stage, and the run log has each stage's progress. A user's own setting wins."""
+    for name in ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
+        os.environ.setdefault(name, "1")
+
+
 def main(argv: list[str] | None = None) -> int:
     from envs.data import MissingDataError
     from flywheel.config.validation import ConfigurationError
@@ -727,6 +735,7 @@ def main(argv: list[str] | None = None) -> int:
     # Dagster's BetaWarning / PreviewWarning about APIs the definitions use on purpose (multi-partition
     # mappings): filtered first, since the parser reads the flags' help from the resources (which import them).
     warnings.filterwarnings("ignore", message=r".* is currently in (beta|preview)")
+    quiet_library_progress()
     parser = build_parser()
     args = parser.parse_args(argv)
     stoppable_by_sigterm()

@@ -36,3 +36,21 @@ def test_a_command_prints_no_dagster_beta_warnings_or_alembic_chatter(tmp_path):
     assert "freed the slots of 0 run(s)" in out.stdout
     for noise in ("BetaWarning", "Context impl", "setup plugin", "non-transactional DDL"):
         assert noise not in out.stderr
+
+
+def test_commands_load_and_save_models_without_library_progress_bars(tiny, tmp_path):
+    """The libraries' bars ("Loading weights", "Writing model shards") are off in every command, unless the user
+    set the variable themselves; a checkpoint's load and save then print no bar."""
+    code = ("import os, sys\nfrom flywheel import cli\n"
+            "try:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "from flywheel.policy.models import load_model\n"
+            f"load_model({tiny!r}).save_pretrained({str(tmp_path / 'copy')!r})\n"
+            "print(os.environ['HF_HUB_DISABLE_PROGRESS_BARS'], os.environ['HF_DATASETS_DISABLE_PROGRESS_BARS'])")
+    env = {k: v for k, v in os.environ.items() if "PROGRESS_BARS" not in k}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "1 1"
+    assert "Loading weights" not in out.stderr and "Writing model shards" not in out.stderr
+    mine = {**env, "HF_HUB_DISABLE_PROGRESS_BARS": "0"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=mine, timeout=120)
+    assert out.stdout.splitlines()[-1] == "0 1"  # the user's own setting wins
