@@ -73,7 +73,7 @@ class TrainConfig:
     lora_alpha: int = option(32, help="LoRA alpha")
     seed: int = option(0, help="the SFT's seed (data order, initialisation of new weights)",
                        bound=Bound(0, 2**32 - 1))
-    # cpu-comparison-scienceworld's k=0 set: 2.5x fewer tokens per pass packed (benchmarks/sft_packing.py,
+    # cpu-comparison-scienceworld's k=0 set: 2.04x fewer tokens per pass packed (benchmarks/sft_packing.py,
     # docs/performance.md). The loss is the same (tests/policy/test_packing.py); what shares an optimizer step is
     # not (trajectories are shuffled whole), so the fingerprint records the packing.
     # A pack's activations grow with its tokens: on cpu-alfworld's k=0 set (bf16 autocast, 8 examples a step),
@@ -227,7 +227,7 @@ def training_fingerprint(base_model: str | Path, examples: list[dict], cfg: Trai
     config.pop("pack_tokens")  # how a step's examples are split into forward passes: the same loss either way
     config.pop("report_to")  # where the loss curve is written, not what is trained
     # A micro-batch of the whole batch is how every checkpoint trained before the field existed; packed SFT's
-    # micro-batches are its packs (bounded by max_length), whatever the field says.
+    # micro-batches are its packs (bounded by pack_tokens), whatever the field says.
     if (config.get("micro_batch_size") or cfg.batch_size) == cfg.batch_size or cfg.packing == "tree":
         config.pop("micro_batch_size", None)
     payload = json.dumps({"base_model": str(base_model), "config": config,
@@ -375,7 +375,7 @@ def train_sft(
     if packed:
         kept_ids = [t for t, ok in zip(tokenized, fits, strict=True) if ok]
         steps = packed_steps(kept, kept_ids, cfg, int(args.world_size))
-        computed_per_pass = packed_tokens_per_pass(steps, len(kept), int(args.world_size))
+        computed_per_pass = packed_tokens_per_pass(steps, len(kept))
         # One dataset item per optimizer step and rank, walked in order: the Trainer's step counter, schedule,
         # saves and resume (it skips the items already trained) work as for the per-step trainer.
         args.per_device_train_batch_size, args.gradient_accumulation_steps = 1, 1
@@ -473,7 +473,7 @@ def packed_steps(rows: Sequence[dict], tokenized: Sequence[tuple[list[int], int]
     return items
 
 
-def packed_tokens_per_pass(items: Sequence[dict], n_examples: int, world_size: int = 1) -> int:
+def packed_tokens_per_pass(items: Sequence[dict], n_examples: int) -> int:
     """Tokens computed per pass over the set (the mean over the passes the items make)."""
     tokens = sum(len(p) for it in items for p in it["packs"])
     trained = sum(len(it["examples"]) for it in items)

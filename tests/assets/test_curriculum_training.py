@@ -16,20 +16,26 @@ BENCH = "scienceworld"
 
 
 
-def test_given_order_reaches_the_trainer_batches(tmp_path, tiny, monkeypatch):
-    """Capture the batches the SFT dataloader yields: they come in the given (curriculum) order."""
+def _capture_steps(monkeypatch, factory: str, grab) -> list:
+    """Patch the trainer class `factory` of flywheel.policy.sft to record `grab(inputs)` at every training step."""
     captured = []
-    real = training._InOrderSFTTrainer
+    real = getattr(training, factory)
 
     def capturing_trainer():
         class Capturing(real()):
             def training_step(self, model, inputs, *args, **kwargs):
-                captured.append(inputs["input_ids"].clone())
+                captured.append(grab(inputs))
                 return super().training_step(model, inputs, *args, **kwargs)
 
         return Capturing
 
-    monkeypatch.setattr(training, "_InOrderSFTTrainer", capturing_trainer)
+    monkeypatch.setattr(training, factory, capturing_trainer)
+    return captured
+
+
+def test_given_order_reaches_the_trainer_batches(tmp_path, tiny, monkeypatch):
+    """Capture the batches the SFT dataloader yields: they come in the given (curriculum) order."""
+    captured = _capture_steps(monkeypatch, "_InOrderSFTTrainer", lambda inputs: inputs["input_ids"].clone())
     order = [3, 0, 5, 1, 4, 2]
     rows = sft_examples([marked(i) for i in order], lambda _t: "instr")
     train_sft(tiny, rows, tmp_path / "ck", TrainConfig(epochs=1, batch_size=2, learning_rate=1e-3, order="given",
@@ -45,18 +51,7 @@ def test_given_order_reaches_the_trainer_batches(tmp_path, tiny, monkeypatch):
 
 def test_given_order_reaches_the_packed_trainer_steps(tmp_path, tiny, monkeypatch):
     """Packed SFT walks the same order: each optimizer step's examples, step after step."""
-    captured = []
-    real = training._packed_trainer_class
-
-    def capturing_trainer():
-        class Capturing(real()):
-            def training_step(self, model, inputs, *args, **kwargs):
-                captured.append(list(inputs["examples"]))
-                return super().training_step(model, inputs, *args, **kwargs)
-
-        return Capturing
-
-    monkeypatch.setattr(training, "_packed_trainer_class", capturing_trainer)
+    captured = _capture_steps(monkeypatch, "_packed_trainer_class", lambda inputs: list(inputs["examples"]))
     order = [3, 0, 5, 1, 4, 2]
     rows = sft_examples([marked(i) for i in order], lambda _t: "instr")
     train_sft(tiny, rows, tmp_path / "ck", TrainConfig(epochs=1, batch_size=2, learning_rate=1e-3, order="given"))
