@@ -72,7 +72,8 @@ def build_defs(
     sensor, schedule = loop_automation(profile.loop_cron, parts)
     return dg.Definitions(
         assets=[_with_partitions(a, parts) for a in [*stage_assets, *summary_assets]],
-        asset_checks=[refinement.gated_dataset_check(parts.flywheel), checks.seen_success_check(parts.flywheel)],
+        asset_checks=[refinement.gated_dataset_check(parts.flywheel), checks.seen_success_check(parts.flywheel),
+                      checks.promotion_check(parts.flywheel)],
         jobs=[bootstrap_job, iteration_job, baselines_job, summary_job],
         sensors=[sensor],
         schedules=[schedule],

@@ -22,6 +22,16 @@ def checkpoint_for(db: Store, benchmark: str, iteration: int) -> dict[str, Any]:
     return ckpt
 
 
+def promoted_checkpoint(db: Store, benchmark: str, iteration: int) -> dict[str, Any]:
+    """The checkpoint the loop goes on from after iteration k: checkpoint k, unless the promotion gate rejected it
+    (its decision on k's latest checkpoint, in the store's `promotions`); then the one promoted after k-1."""
+    ckpt = checkpoint_for(db, benchmark, iteration)
+    decision = next((r for r in db.promotions(benchmark) if r["iteration"] == iteration), None)
+    if iteration == 0 or decision is None or decision["checkpoint_id"] != ckpt["checkpoint_id"] or decision["promoted"]:
+        return ckpt
+    return promoted_checkpoint(db, benchmark, iteration - 1)
+
+
 def new_checkpoint_id(benchmark: str, iteration: int) -> str:
     """Unique per training run (time plus random suffix): it names the checkpoint's directory."""
     return f"{benchmark}-k{iteration}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"

@@ -47,7 +47,9 @@ def synthetic_curriculum(
         result = synthesize(
             benchmark=benchmark, synthesizer=get_synthesizer(spec), teacher=annotator,
             seed_tasks=envs.tasks(benchmark, "train"), seed_trajs=seeds,
-            holdout=spec.load_tasks("seen") + spec.load_tasks("unseen"), instructions=spec.system_prompt(),
+            # The evaluation splits and the promotion gate's validation tasks: no synthesized task is one of them.
+            holdout=spec.load_tasks("seen") + spec.load_tasks("unseen") + envs.validation_set(benchmark),
+            instructions=spec.system_prompt(),
             n_proposals=curriculum.n_proposals(len(seeds)), candidate_limit=curriculum.candidate_limit,
             seed=curriculum.seed, env_options=envs.env_options.get(benchmark, {}), max_steps=envs.max_steps,
             progress=progress_logger(context, "curriculum synthesis"),

@@ -13,6 +13,7 @@ what the iteration added in the `iterations` table (the loop's decision comes la
 
 import dagster as dg
 
+from flywheel.assets._checkpoints import promoted_checkpoint
 from flywheel.assets._common import metadata_table, progress_logger, rounded
 from flywheel.assets.training import gated_trajectories, sft_checkpoint
 from flywheel.config.validation import check_options
@@ -58,10 +59,10 @@ def rollouts(
     check_options({"train_limit": len(tasks), "samples_per_task": policy.samples_per_task},
                   bounds=bounds_of(type(envs), type(policy)), names={"train_limit": f"the {len(tasks)} training tasks (envs.train_limit)",
                          "samples_per_task": "policy.samples_per_task"})
-    ckpt = db.latest_checkpoint(benchmark, k)
-    if ckpt is None:
+    if db.latest_checkpoint(benchmark, k) is None:
         fail_once(context, f"no sft_checkpoint recorded for {benchmark}|{k}: materialize sft_checkpoint {benchmark}|{k} "
                   "first (iteration_job runs it before rollouts)")
+    ckpt = promoted_checkpoint(db, benchmark, k)  # checkpoint k, or the predecessor the promotion gate kept
     spec = envs.spec(benchmark)
     ids = [t.task_id for t in tasks]
     total = policy.samples_per_task * len(tasks)
@@ -92,7 +93,7 @@ def rollouts(
     hardest = sorted(ids, key=lambda t: (-allocation[t], ids.index(t)))[:10]
     prior = {t: history.get(t, (0, 0)) for t in ids}
     return dg.MaterializeResult(metadata=rounded({
-        "checkpoint_id": ckpt["checkpoint_id"], "episodes_total": len(jobs), "episodes_resumed": plan.resumed,
+        "checkpoint_id": ckpt["checkpoint_id"], "checkpoint_iteration": ckpt["iteration"], "episodes_total": len(jobs), "episodes_resumed": plan.resumed,
         "episodes_played": len(plan.todo),
         "sampling": "adaptive" if loop.adaptive_sampling and history else "uniform",
         "attempts_min": min(allocation.values(), default=0), "attempts_max": max(allocation.values(), default=0),

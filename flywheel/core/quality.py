@@ -145,6 +145,16 @@ def paired_difference(new: dict[str, bool], old: dict[str, bool], *, level: floa
             "significant": len(common) > 0 and (lo > 0 or hi < 0)}
 
 
+def non_inferior(new: dict[str, bool], old: dict[str, bool], *, margin: float, alpha: float) -> dict[str, Any]:
+    """The promotion gate's rule: `new` may replace `old` (task -> success, paired over the tasks both played)
+    when the one-sided (1 - alpha) lower bound of SR(new) - SR(old) (the lower end of the two-sided 1 - 2 alpha
+    paired bootstrap interval) is above -margin. A non-inferiority test: a checkpoint truly worse by more than
+    `margin` is promoted with probability at most about `alpha`; an equal one needs enough tasks to pass.
+    No paired task: not promoted."""
+    diff = paired_difference(new, old, level=1 - 2 * alpha)
+    return {**diff, "margin": margin, "alpha": alpha, "promote": diff["n"] > 0 and diff["ci_low"] > -margin}
+
+
 def reward_difference(new: dict[str, float], old: dict[str, float]) -> dict[str, Any]:
     """Mean reward(new) - mean reward(old) over the tasks both played (task -> reward), with a paired bootstrap
     95% interval: the average-reward counterpart of `paired_difference` (WebShop's usual metric)."""

@@ -78,6 +78,11 @@ CREATE TABLE IF NOT EXISTS training_examples (
     checkpoint_id VARCHAR, position INTEGER, benchmark VARCHAR, iteration INTEGER, traj_id VARCHAR,
     task_id VARCHAR, t INTEGER, prompt JSON, completion JSON, kept BOOLEAN, created_at TIMESTAMP,
     PRIMARY KEY (checkpoint_id, position));
+CREATE TABLE IF NOT EXISTS promotions (
+    benchmark VARCHAR, iteration INTEGER, checkpoint_id VARCHAR, predecessor_id VARCHAR, promoted_id VARCHAR,
+    promoted BOOLEAN, verdict VARCHAR, validation_n INTEGER, successes INTEGER, predecessor_successes INTEGER,
+    delta DOUBLE, ci_low DOUBLE, ci_high DOUBLE, margin DOUBLE, alpha DOUBLE, created_at TIMESTAMP,
+    PRIMARY KEY (benchmark, iteration));
 """
 
 # The curriculum's tables (written by flywheel/curriculum/tables.py), created beside these.
@@ -962,3 +967,21 @@ class Store:
             "SELECT DISTINCT task_id FROM gated WHERE benchmark = ? AND iteration = ? ORDER BY 1", [benchmark, iteration]
         )
         return df["task_id"].to_list()
+
+    # -- the promotion gate (flywheel.assets.checks.check_promotion) ------------------------------
+    def record_promotion(self, row: dict[str, Any]) -> None:
+        """The promotion gate's decision on checkpoint k (one row per (benchmark, k), replaced on a re-run)."""
+        cols = _expected_columns()["promotions"]
+        values = {**row, "created_at": _now()}
+        with self.transaction() as con:
+            con.execute("DELETE FROM promotions WHERE benchmark = ? AND iteration = ?", [row["benchmark"], row["iteration"]])
+            con.execute(f"INSERT INTO promotions ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                        [values.get(c) for c in cols])
+
+    def promotions(self, benchmark: str) -> list[dict[str, Any]]:
+        """The promotion gate's decisions by iteration ([] in a store written before the gate existed)."""
+        try:
+            df = self.query("SELECT * FROM promotions WHERE benchmark = ? ORDER BY iteration", [benchmark])
+        except duckdb.CatalogException:  # a reader of an older store: the table is created by writers
+            return []
+        return list(df.iter_rows(named=True))

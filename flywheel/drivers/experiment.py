@@ -39,7 +39,7 @@ from flywheel.core.provenance import (
 )
 from flywheel.core.store import Store
 from flywheel.definitions import build_defs
-from flywheel.drivers.pipeline import GateBlocked, empty_gate_warnings, run_stage
+from flywheel.drivers.pipeline import GateBlocked, empty_gate_warnings, promotion_verdicts, run_stage
 from flywheel.policy.models import build_tiny_model, require_model
 from flywheel.policy.sft import trim_heap
 from flywheel.policy.vllm_server import ServerPool
@@ -167,6 +167,8 @@ def run_arm(
             result = run_stage(stage_jobs[job_for(stage)], key or preset.benchmark, selection, instance)
             if empty_gate_warnings(result):  # the gate check's WARN: an empty gate the preset continues past
                 progress.data.setdefault("empty_gates", []).append(stage)
+            if verdicts := promotion_verdicts(result):  # the promotion gate on this stage's checkpoint
+                extra["promoted"], extra["promotion"] = verdicts[-1]
         except GateBlocked as exc:  # nothing passed the gate: K stops here, a result, not a crash
             if preset.continue_on_empty_gate:
                 progress.data.setdefault("empty_gates", []).append(stage)

@@ -61,6 +61,8 @@ def run_stage(job: dg.JobDefinition, key: str, selection: Iterable[str], instanc
         raise GateBlocked(f"{job.name} {key}: blocking check(s) failed: {', '.join(names)}")
     for warning in empty_gate_warnings(result):
         log.warning("%s", warning)
+    for promoted, verdict in promotion_verdicts(result):
+        (log.info if promoted else log.warning)("promotion gate: %s", verdict)
     return result
 
 
@@ -111,6 +113,17 @@ def empty_gate_warnings(result: dg.ExecuteInProcessResult) -> list[str]:
                 and data.severity == dg.AssetCheckSeverity.WARN:
             entry = data.metadata.get("warning")
             out.append(str(entry.value) if entry is not None else f"empty reward gate ({e.partition})")
+    return out
+
+
+def promotion_verdicts(result: dg.ExecuteInProcessResult) -> list[tuple[bool, str]]:
+    """(promoted, verdict) of each promotion gate a run evaluated (`checkpoint_is_promoted` on sft_checkpoint)."""
+    out = []
+    for e in result.all_events:
+        data = e.event_specific_data if e.event_type_value == "ASSET_CHECK_EVALUATION" else None
+        if data is not None and data.check_name == "checkpoint_is_promoted":
+            entry = data.metadata.get("verdict")
+            out.append((bool(data.passed), str(entry.value) if entry is not None else f"({e.partition})"))
     return out
 
 

@@ -1,3 +1,4 @@
+import itertools
 import threading
 from typing import Any
 
@@ -38,6 +39,11 @@ class EnvResource(dg.ConfigurableResource):
                                      "(null: all train_limit)", bound=Bound(1, 100_000))
     eval_limit: int | None = setting(None, sft0=False, help="evaluation tasks per split (null: all)",
                                      bound=Bound(1, 10_000, why="the number of evaluation tasks per split"))
+    # In the k=0 SFT's configuration: the set-aside tasks are no seed's, rollout's or synthesized task's.
+    validation_tasks: int = setting(50, help="training tasks set aside as the promotion gate's validation set "
+                                    "(loop.promotion_gate): the train split's last ones, each task type in turn, at "
+                                    "most a quarter of the split; no seed, curriculum task or rollout uses them "
+                                    "(0: none)", bound=Bound(0, 10_000, why="the number of validation tasks"))
     # In the k=0 SFT's configuration: stage 2 keeps only synthesized tasks whose expert path fits this cap.
     max_steps: int | None = setting(None, help="env steps per episode at most, on top of each task's own limit "
                                     "(synthesized tasks too)", bound=Bound(1, 1_000, why="the step cap of an episode"))
@@ -92,9 +98,25 @@ class EnvResource(dg.ConfigurableResource):
                 close()
 
     def tasks(self, benchmark: str, split: str) -> list[Task]:
-        limit = self.train_limit if split == "train" else self.eval_limit
+        """The split's tasks in the spec's order, `train_limit` / `eval_limit` of them; the training tasks
+        never include the validation set (`validation_set`)."""
         types = tuple(self.task_types.get(benchmark, ())) or None
-        return self.spec(benchmark).load_tasks(split, limit=limit, task_types=types)
+        if split != "train":
+            return self.spec(benchmark).load_tasks(split, limit=self.eval_limit, task_types=types)
+        if not self.validation_tasks:
+            return self.spec(benchmark).load_tasks(split, limit=self.train_limit, task_types=types)
+        every = self.spec(benchmark).load_tasks("train", task_types=types)
+        aside = {t.task_id for t in set_aside(every, self.validation_tasks)}
+        kept = [t for t in every if t.task_id not in aside]
+        return kept if self.train_limit is None else kept[: self.train_limit]
+
+    def validation_set(self, benchmark: str) -> list[Task]:
+        """The promotion gate's validation tasks: training-split tasks that `tasks(b, "train")` (so seeds and
+        rollouts) never includes and the curriculum holds out (`set_aside`)."""
+        if not self.validation_tasks:
+            return []
+        types = tuple(self.task_types.get(benchmark, ())) or None
+        return set_aside(self.spec(benchmark).load_tasks("train", task_types=types), self.validation_tasks)
 
     def seed_tasks(self, benchmark: str) -> list[Task]:
         """The training tasks whose expert paths become seeds: a prefix of `tasks(b, "train")`."""
@@ -113,6 +135,25 @@ class EnvResource(dg.ConfigurableResource):
         ref = {benchmark: self.benchmark_refs[benchmark]} if benchmark in self.benchmark_refs else {}
         return EnvFactory(check_benchmark(benchmark, refs=self.benchmark_refs), dict(self.spec_options.get(benchmark, {})),
                           dict(self.env_options.get(benchmark, {})), ref)
+
+
+# Task.meta keys that name a task's type in the shipped benchmarks (ALFWorld, ScienceWorld, WebShop, tests).
+TYPE_KEYS = ("task_type", "task_name", "category", "type")
+
+
+def set_aside(train: list[Task], n: int) -> list[Task]:
+    """The validation set carved out of the training split `train` (in the spec's order): from its end, each
+    task type in turn (`TYPE_KEYS`), `n` tasks but at most a quarter of the split, in a fixed order.
+
+    From the end, so that the prefixes that seeds (`seed_limit`) and rollouts (`train_limit`) take keep their
+    tasks unless they reach that far; by type in turn, so that a split ordered by type (ALFWorld interleaves
+    its types, and the most numerous fill its end) still gives every type validation tasks."""
+    by_type: dict[str, list[Task]] = {}
+    for task in reversed(train):
+        kind = next((str(task.meta[key]) for key in TYPE_KEYS if key in task.meta), "")
+        by_type.setdefault(kind, []).append(task)
+    rounds = [t for group in itertools.zip_longest(*by_type.values()) for t in group if t is not None]
+    return rounds[: min(n, len(train) // 4)]
 
 
 def run_benchmark(context: dg.InitResourceContext) -> str | None:

@@ -48,6 +48,22 @@ class LoopResource(dg.ConfigurableResource):
                                            "benchmark; true trains k+1 anyway on the same data (experiments "
                                            "that want all K iterations)")
 
+    # The promotion gate (flywheel.assets.checks.check_promotion, on sft_checkpoint): after each k > 0 SFT,
+    # checkpoint k and the promoted predecessor play envs.validation_tasks training tasks greedily; k is
+    # promoted unless the paired difference may be below -margin (flywheel.core.quality.non_inferior).
+    # Off in the presets whose committed arms ran without it, and for the rft and sft-control baselines.
+    promotion_gate: bool = setting(True, sft0=False, help="after each k > 0 SFT, promote checkpoint k only if it is "
+                                   "not worse than the promoted predecessor on the validation tasks "
+                                   "(envs.validation_tasks) by more than promotion_margin; else the next iteration "
+                                   "goes on from the predecessor")
+    promotion_margin: float = setting(0.1, sft0=False, help="the promotion gate's margin: how much lower a "
+                                      "checkpoint's validation success may be than its predecessor's (0.1 = 10 points)",
+                                      bound=Bound(0, 1, integer=False, open_lo=True))
+    promotion_alpha: float = setting(0.05, sft0=False, help="the promotion gate's error rate: the chance of "
+                                     "promoting a checkpoint worse by more than the margin (one-sided, paired "
+                                     "bootstrap over the validation tasks)",
+                                     bound=Bound(0, 0.25, integer=False, open_lo=True))
+
     def validate(self, max_partition: int | None = None, partitions: Iterable[str] | None = None) -> None:
         """`max_partition` / `partitions` (the highest iteration, the benchmark partitions) check K and
         `benchmarks` when known: the loop can only drive benchmarks that are partitions."""
