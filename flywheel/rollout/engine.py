@@ -140,10 +140,15 @@ def resume_partitions(
     plans = [plan_resume(jobs, db.trajectory_table(**scope).iter_rows(named=True), checkpoint_id)
              for jobs, scope in partitions]
     db.delete_trajectory_ids([i for plan in plans for i in plan.stale_ids])
+    # An episode is stored under its partition's split: the task's own, except where a partition plays tasks of
+    # one split as another (the promotion gate's validation tasks are training tasks, stored as "validation").
+    splits = {(task.task_id, sample): scope["split"] for jobs, scope in partitions if "split" in scope
+              for task, sample in jobs}
 
     def write(trajs: list[Trajectory]) -> None:
         for t in trajs:
             t.model_id = checkpoint_id
+            t.split = str(splits.get((t.task_id, t.sample), t.split))
         db.write_trajectories(trajs)
 
     run_rollouts([job for plan in plans for job in plan.todo], on_finished=write, **run_kwargs)  # type: ignore[arg-type]
