@@ -42,6 +42,21 @@ def gate_verdict(gate: dict[str, Any] | None, check: dict[str, Any] | None) -> s
     return "passed" if check["passed"] else f"failed: {check['first_problem']}"
 
 
+def promotion_cell(decision: dict[str, Any] | None, ckpts: dict[int, dict[str, Any]]) -> str | None:
+    """The promotion gate's decision on checkpoint k, in words: "promoted", "promoted (3/50 vs 2/50)", or
+    "rejected (0/50 vs 2/50): k=0 kept"."""
+    if decision is None:
+        return None
+    if decision["validation_n"] is None:  # k=0, or the gate off
+        return "promoted"
+    numbers = f"{decision['successes']}/{decision['validation_n']} vs {decision['predecessor_successes']}/" \
+              f"{decision['validation_n']}"
+    if decision["promoted"]:
+        return f"promoted ({numbers})"
+    kept = next((k for k, c in ckpts.items() if c["checkpoint_id"] == decision["promoted_id"]), "?")
+    return f"rejected ({numbers}): k={kept} kept"
+
+
 def summary_rows(db: Store, benchmark: str) -> tuple[list[dict[str, Any]], list[str]]:
     """(rows, splits): one row per iteration that has an evaluation, a checkpoint or a gate. Rates are fractions
     here (the chart's); `table_rows` shows them in percent."""
@@ -51,6 +66,7 @@ def summary_rows(db: Store, benchmark: str) -> tuple[list[dict[str, Any]], list[
     checks = db.gate_check_rows(benchmark)
     ckpts = {r["iteration"]: r for r in db.checkpoint_rows(benchmark)}
     decisions = {r["iteration"]: r for r in db.iterations(benchmark).iter_rows(named=True)}
+    promotions = {r["iteration"]: r for r in db.promotions(benchmark)}
     ks = sorted({r["iteration"] for r in evals} | set(gates) | set(ckpts))
     rows = []
     for k in ks:
@@ -80,6 +96,7 @@ def summary_rows(db: Store, benchmark: str) -> tuple[list[dict[str, Any]], list[
         row["train_steps"] = _lineage(ck).get("train_steps") if ck else None
         row["checkpoint_id"] = ck["checkpoint_id"] if ck else None
         row["decision"] = (decisions.get(k) or {}).get("decision")
+        row["promotion"] = promotion_cell(promotions.get(k), ckpts)
         rows.append(row)
     return rows, splits
 
@@ -116,7 +133,7 @@ def table_rows(rows: list[dict[str, Any]], splits: list[str]) -> list[dict[str, 
                                     if measured else None)
             row[f"{s}_successes_n"] = f"{r[f'{s}_successes']}/{n}" if measured else None
         row.update({key: r[key] for key in ("gate_candidates", "new_unique_successes", "gated_total", "gate_verdict",
-                                            "train_loss", "train_steps", "checkpoint_id", "decision")})
+                                            "train_loss", "train_steps", "checkpoint_id", "promotion", "decision")})
         out.append(row)
     return out
 
@@ -126,7 +143,7 @@ def columns(splits: list[str]) -> list[str]:
     for s in splits:
         cols += [f"{s}_success_pct", f"{s}_ci95_pct", f"{s}_successes_n"]
     return cols + ["gate_candidates", "new_unique_successes", "gated_total", "gate_verdict", "train_loss",
-                   "train_steps", "checkpoint_id", "decision"]
+                   "train_steps", "checkpoint_id", "promotion", "decision"]
 
 
 def report_table(db: Store, benchmark: str) -> str:
@@ -146,10 +163,11 @@ def report_table(db: Store, benchmark: str) -> str:
         row["gate verdict"] = r["gate_verdict"] or "-"
         row["train loss"] = _round(r["train_loss"], 4)
         row["train steps"] = "-" if r["train_steps"] is None else r["train_steps"]
+        row["promotion"] = r["promotion"] or "-"
         out.append(row)
     cols = (["checkpoint"] + [f"{s} {what}" for s in splits for what in ("success % [95% CI] (s/n)", "reward",
                                                                          "prompt tok/step")]
-            + ["gate admitted/candidates", "gate verdict", "train loss", "train steps"])
+            + ["gate admitted/candidates", "gate verdict", "train loss", "train steps", "promotion"])
     return markdown_table(out, cols)
 
 

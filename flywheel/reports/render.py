@@ -122,13 +122,18 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
                          if prov.get("k0_drift") else "") + ".", ""]
         splits = res["splits"]
         header = ["k"] + [f"{s} success % [95% CI] (s/n)" for s in splits] + [f"{s} avg reward [95% CI]" for s in splits]
+        gated = any(r.get("promotion") for r in res["per_k"])  # the promotion gate ran: a column for its decisions
+        header += ["promotion gate (validation s/n vs predecessor)"] if gated else []
         rows = []
         for r in res["per_k"]:
             if not r["splits"]:
                 continue
             rows.append([r["k"]] + [_ci(r["splits"][s]) if s in r["splits"] else "-" for s in splits]
-                        + [_reward(r["splits"][s]) if s in r["splits"] else "-" for s in splits])
+                        + [_reward(r["splits"][s]) if s in r["splits"] else "-" for s in splits]
+                        + ([_promotion(r)] if gated else []))
         parts += [_md(header, rows) if rows else "No checkpoint evaluated yet.", ""]
+        if gated:
+            parts += [render_promoted(res), ""]
         if res["comparisons"]:
             parts += ["**Differences** (paired over the same tasks):", ""]
             parts += [_md(["comparison", "split", "n", "delta (pts)", "95% CI (pts)", "gained", "lost", "McNemar p", "excludes 0",
@@ -431,3 +436,26 @@ def render_committed(preset: Preset, results: Path) -> str:
     data = json.loads((results / "results.json").read_text())
     data["plots"] = [p for p in PLOTS if (results / p).exists()]
     return render_markdown(data, preset) + "\n"
+
+
+def _promotion(row: dict[str, Any]) -> str:
+    """One k's promotion decision: "promoted (12/50 vs 11/50, +2.0 pts, lower bound -6.0)", or rejected and which
+    checkpoint the loop went on from; "-" where the gate did not decide on validation tasks (k=0, gate off)."""
+    p = row.get("promotion")
+    if not p:
+        return "-"
+    n = p["validation_n"]
+    numbers = (f"{p['successes']}/{n} vs {p['predecessor_successes']}/{n}, {100 * p['delta']:+.1f} pts, lower bound "
+               f"{100 * p['ci_low']:+.1f}")
+    return f"promoted ({numbers})" if p["promoted"] else f"**rejected** ({numbers}): k={p['kept_k']} goes on"
+
+
+def render_promoted(res: dict[str, Any]) -> str:
+    """Which checkpoint the arm's loop holds after its last k, and the ones the promotion gate rejected."""
+    decided = [r for r in res["per_k"] if r.get("promotion")]
+    last = decided[-1]["promotion"]
+    held = decided[-1]["k"] if last["promoted"] else last["kept_k"]
+    rejected = [r["k"] for r in decided if not r["promotion"]["promoted"]]
+    return (f"**Promoted checkpoint:** k={held} (the promotion gate: one-sided {1 - last['alpha']:.0%} lower bound of "
+            f"the paired validation difference above -{100 * last['margin']:g} points); rejected: "
+            f"{', '.join(f'k={k}' for k in rejected) or 'none'}.")

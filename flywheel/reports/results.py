@@ -68,6 +68,7 @@ def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[st
     checkpoints = {r["iteration"]: r for r in store.checkpoint_rows(benchmark)}
     gates = {r["iteration"]: r for r in store.iterations(benchmark).iter_rows(named=True)}
     checks = store.gate_check_rows(benchmark)
+    promotions = {r["iteration"]: r for r in store.promotions(benchmark)}  # the promotion gate's decisions
     rollouts = {r["iteration"]: r for r in store.rollout_summary(benchmark)}
     seeds = set(store.seed_task_ids(benchmark))
     # (attempts, successes) per task for every (k, split) read below; split "train" = checkpoint k's rollouts.
@@ -107,6 +108,10 @@ def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[st
                 row["checkpoint"]["answer_tokens"] = lineage["answer_tokens"]
             if train_s and timed > 0 and lineage.get("tokens_trained"):
                 row["checkpoint"]["sft_tokens_per_s"] = lineage["tokens_trained"] * timed / steps / train_s
+        if (p := promotions.get(k)) is not None and p["validation_n"] is not None:  # decided on validation tasks
+            kept = next((i for i, c in checkpoints.items() if c["checkpoint_id"] == p["promoted_id"]), None)
+            row["promotion"] = {**{f: p[f] for f in ("promoted", "validation_n", "successes", "predecessor_successes",
+                                                     "delta", "ci_low", "margin", "alpha")}, "kept_k": kept}
         if k in rollouts:
             r = rollouts[k]
             secs = done.get(f"rollouts:{k}", {}).get("seconds")

@@ -13,6 +13,9 @@ from flywheel.core.prompting import format_response
 from flywheel.core.store import Store
 from flywheel.drivers.pipeline import run_flywheel
 from flywheel.policy.inference import Generation
+from flywheel.reports.dashboard import summary_rows
+from flywheel.reports.render import render_promoted
+from flywheel.reports.results import arm_results
 from flywheel.resources import EnvResource, LoopResource, PolicyResource, StoreResource
 from tests.tinybench import NAME, SPEC, shortest_path
 
@@ -90,6 +93,14 @@ def test_the_gate_keeps_the_predecessor_over_a_degraded_checkpoint_and_promotes_
         "validation_n": 1, "successes": 0, "predecessor_successes": 1, "paired_difference": -1.0, "margin": 0.1,
         "alpha": 0.05, "promoted": ckpts[0]["checkpoint_id"]}
     assert meta["verdict"] == rejected["verdict"] and "lower bound" in meta["rule"]
+
+    # The dashboard's row and the experiment report's per-iteration row say it too.
+    rows, _ = summary_rows(db, NAME)
+    assert [r["promotion"] for r in rows] == ["promoted", "rejected (0/1 vs 1/1): k=0 kept", "promoted (1/1 vs 1/1)"]
+    res = arm_results(Store.reader(db_path), NAME, 2, {}, ("seen", "unseen"))
+    assert [r.get("promotion", {}).get("promoted") for r in res["per_k"]] == [None, False, True]
+    assert res["per_k"][1]["promotion"]["kept_k"] == 0
+    assert "promoted checkpoint:** k=2" in render_promoted(res).lower() and "rejected: k=1" in render_promoted(res)
 
     # The next iteration starts from the promoted predecessor: rollouts of k=1 by k=0, SFT k=2 from k=0's weights.
     rollouts = db.load_trajectories(benchmark=NAME, iteration=1, source="policy", split="train")
