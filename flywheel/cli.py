@@ -29,6 +29,7 @@ from pathlib import Path
 #   ~70 SFT examples with the synthetic curriculum);
 # - 3 evaluation tasks per split (seen, unseen) = 6 greedy episodes per checkpoint, in one batch: a smoke
 #   test of the chain; its table prints n and Wilson intervals, and n=3 says how little it shows;
+# - 6 training tasks set aside for the promotion gate: 6 greedy episodes of k=1 and of k=0 after k=1's SFT;
 # - at most 5 env steps: the demo task types' shortcut gold paths are 3-5 steps;
 # - 6 SFT steps of 4 examples per checkpoint (24 of the ~70 examples), learning rate 3e-4 (a few steps
 #   must teach the answer format), examples of at most 768 tokens (longer ones are dropped; the demo's
@@ -43,6 +44,7 @@ from pathlib import Path
 DEMO_FIELDS: dict[str, tuple[str, str, object]] = {
     "train_tasks": ("envs", "train_limit", 8),
     "eval_tasks": ("envs", "eval_limit", 3),
+    "validation_tasks": ("envs", "validation_tasks", 6),
     "max_steps": ("envs", "max_steps", 5),
     "samples": ("policy", "samples_per_task", 1),
     "epochs": ("policy", "epochs", 3.0),
