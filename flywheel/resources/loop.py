@@ -52,6 +52,10 @@ class LoopResource(dg.ConfigurableResource):
     # checkpoint k and the promoted predecessor play envs.validation_tasks training tasks greedily; k is
     # promoted unless the paired difference may be below -margin (flywheel.core.quality.non_inferior).
     # Off in the presets whose committed arms ran without it, and for the rft and sft-control baselines.
+    # The defaults (50 tasks, 10 points, 5%): two equal checkpoints that disagree on 6 of 50 tasks, 3 each way,
+    # have a lower bound of -8 points and k is promoted; one that loses 4 of k-1's wins on ALFWorld-like 8%
+    # success (-8 points, as cpu-alfworld's k=1 lost all of k=0's) has -14 and is rejected. Equal checkpoints
+    # that disagree on 8 or more of the 50 are rejected too: more validation tasks buy that power.
     promotion_gate: bool = setting(True, sft0=False, help="after each k > 0 SFT, promote checkpoint k only if it is "
                                    "not worse than the promoted predecessor on the validation tasks "
                                    "(envs.validation_tasks) by more than promotion_margin; else the next iteration "
