@@ -33,7 +33,8 @@ MINI = {
     "model": "tiny",
     "description": "tiny model, 3 WebShop goals, K=1",
     # All five stand-in categories: the same goals as no filter, and the report gets its by-type table.
-    "envs": {"seed_limit": 2, "train_limit": 3, "eval_limit": 3, "max_steps": 3,
+    # 3 goals set aside for the promotion gate (on by default): k=1 and k=0 play them after k=1's SFT.
+    "envs": {"seed_limit": 2, "train_limit": 3, "eval_limit": 3, "max_steps": 3, "validation_tasks": 3,
              "task_types": {"webshop": ["beauty", "electronics", "fashion", "furniture", "grocery"]}},
     "policy": {"epochs": 1, "max_new_tokens": 24, "samples_per_task": 2, "parallel_envs": 3, "batch_size": 4,
                "temperature": 1.0},

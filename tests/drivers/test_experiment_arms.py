@@ -23,7 +23,7 @@ TWO_ARMS = {
     "benchmark": "webshop",
     "iterations": 1,
     "model": "tiny",
-    "envs": {"seed_limit": 2, "train_limit": 2, "eval_limit": 3, "max_steps": 3},
+    "envs": {"seed_limit": 2, "train_limit": 2, "eval_limit": 3, "max_steps": 3, "validation_tasks": 3},
     "policy": {"epochs": 1, "max_new_tokens": 16, "samples_per_task": 1, "parallel_envs": 3, "batch_size": 4},
     "curriculum": {"synthesize": False},
     "loop": {"adaptive_sampling": False},

@@ -21,7 +21,7 @@ MINI = {
     "benchmark": "webshop",
     "iterations": 1,
     "model": "tiny",
-    "envs": {"seed_limit": 2, "train_limit": 3, "eval_limit": 3, "max_steps": 3},
+    "envs": {"seed_limit": 2, "train_limit": 3, "eval_limit": 3, "max_steps": 3, "validation_tasks": 3},
     "policy": {"epochs": 1, "max_new_tokens": 24, "samples_per_task": 2, "parallel_envs": 3, "batch_size": 4,
                "temperature": 1.0, "max_observation_chars": 200, "history_window": 2, "max_length": 8192},
     "curriculum": {"synthesize": False},

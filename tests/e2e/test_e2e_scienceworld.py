@@ -31,7 +31,8 @@ def base_resources(tmp_path, policy):
     return {
         "store": StoreResource(path=str(tmp_path / "fw.duckdb")),
         # 8 steps: stage 2 keeps only synthesized tasks whose expert path fits the episode cap (3 kept none)
-        "envs": EnvResource(task_types={BENCH: ["find-non-living-thing"]}, train_limit=2, eval_limit=1, max_steps=8),
+        "envs": EnvResource(task_types={BENCH: ["find-non-living-thing"]}, train_limit=2, eval_limit=1, max_steps=8,
+                            validation_tasks=1),
         "policy": policy,
     }
 
@@ -79,7 +80,7 @@ def test_whole_chain_tiny_model(tmp_path, tiny):
 @pytest.mark.slow  # ~30 s; tests/e2e/test_tiny_benchmark.py covers k=0 -> gate -> k=1 in the default suite
 def test_gated_successes_flow_into_next_iteration(tmp_path, tiny):
     res = base_resources(tmp_path, None)
-    res["envs"] = EnvResource(task_types={BENCH: ["find-non-living-thing"]}, train_limit=2, eval_limit=1)
+    res["envs"] = EnvResource(task_types={BENCH: ["find-non-living-thing"]}, train_limit=2, eval_limit=1, validation_tasks=1)
     res["curriculum"] = CurriculumResource(synthesize=False)  # exact seed counts below
     res["policy"] = OraclePolicy(store_path=str(tmp_path / "fw.duckdb"), benchmark=BENCH, base_model_path=tiny,
                                  checkpoints_dir=str(tmp_path / "ck"), epochs=1, samples_per_task=2, batch_size=4)
