@@ -99,7 +99,7 @@ def demo_settings(args: argparse.Namespace) -> dict[str, tuple[object, str]]:
 def validate_demo_args(args: argparse.Namespace) -> None:
     """Every numeric option within its bound and every benchmark option one the benchmark takes,
     before any work (ConfigurationError names the flag or the valid options)."""
-    from flywheel.config.validation import check_benchmark, check_options, check_writable_dir
+    from flywheel.core.validation import check_benchmark, check_options, check_writable_dir
 
     check_benchmark(args.benchmark, where="--benchmark", refs=profile_of(args).benchmark_refs)
     check_writable_dir(Path(args.runs_dir), "--runs-dir")
@@ -204,7 +204,7 @@ def demo_options(args: argparse.Namespace, spec) -> tuple[dict, dict]:
     option the benchmark does not take is a ConfigurationError that lists the ones it does.
     """
     from envs import check_env_options, configure_spec
-    from flywheel.config.validation import ConfigurationError
+    from flywheel.core.validation import ConfigurationError
 
     envs = profile_of(args).sections.get("envs", {})
     spec_options = {**getattr(spec, "demo_spec_options", {}), **envs.get("spec_options", {}).get(args.benchmark, {}),
@@ -227,7 +227,7 @@ def _key_values(items: list[str] | None, flag: str) -> dict:
     """KEY=VALUE pairs; a VALUE that reads as JSON (5, 0.5, true, null) is that value, else the string."""
     import json
 
-    from flywheel.config.validation import ConfigurationError
+    from flywheel.core.validation import ConfigurationError
 
     options = {}
     for item in items or ():
@@ -243,8 +243,8 @@ def _key_values(items: list[str] | None, flag: str) -> dict:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     validate_demo_args(args)  # first: before Dagster is even imported
-    from flywheel.config.validation import check_data
     from flywheel.core.store import check_store
+    from flywheel.core.validation import check_data
     from flywheel.drivers.experiment import resolve_model
     from flywheel.drivers.pipeline import GateBlocked, StageFailed, run_flywheel
     from flywheel.policy.vllm_server import ServerPool
@@ -328,7 +328,7 @@ def demo_table(store, benchmark: str) -> str:
 def experiment_command(benchmark: str) -> str:
     """`make experiment PRESET=...` for a preset of this benchmark (experiments/*.yaml), `cpu-<benchmark>` first."""
     from flywheel.config.presets import PRESETS_DIR
-    from flywheel.config.validation import ConfigurationError, load_yaml
+    from flywheel.core.validation import ConfigurationError, load_yaml
 
     def benchmark_of(path: Path) -> object:
         try:
@@ -366,7 +366,7 @@ def cmd_free_slots(args: argparse.Namespace) -> int:
 
 def _existing_store(args: argparse.Namespace) -> Path:
     """The store `report`/`export` read: never created here (a missing one is a one-line error)."""
-    from flywheel.config.validation import ConfigurationError
+    from flywheel.core.validation import ConfigurationError
 
     root = profile_of(args).runs_path
     candidates = [Path(args.runs_dir)] if args.runs_dir else [root / "demo", root]
@@ -417,8 +417,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     preset = load_preset(args.preset)  # a bad preset: one line naming the fix, exit 2 (see main)
     runs = Path(args.runs_dir) if args.runs_dir else profile_of(args).runs_path / "experiments" / preset.name
     results = Path(args.results_dir) if args.results_dir else RESULTS_DIR / preset.name
-    from flywheel.config.validation import check_writable_dir
     from flywheel.core.store import check_store
+    from flywheel.core.validation import check_writable_dir
 
     check_writable_dir(runs, "--runs-dir")
     check_writable_dir(results, "--results-dir")
@@ -505,8 +505,8 @@ def cmd_paper(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from flywheel.config.validation import ConfigurationError, check_plain_name, check_writable_dir
     from flywheel.core.store import Store
+    from flywheel.core.validation import ConfigurationError, check_plain_name, check_writable_dir
     from flywheel.reports.export import export_store
 
     path = _existing_store(args)
@@ -729,7 +729,7 @@ def quiet_library_progress() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from envs.data import MissingDataError
-    from flywheel.config.validation import ConfigurationError
+    from flywheel.core.validation import ConfigurationError
     from flywheel.policy.models import ModelNotFoundError
 
     # Dagster's BetaWarning / PreviewWarning about APIs the definitions use on purpose (multi-partition

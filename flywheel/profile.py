@@ -42,13 +42,6 @@ from typing import Any
 
 import dagster as dg
 
-from flywheel.config.validation import (
-    ConfigurationError,
-    check_benchmark,
-    check_benchmark_refs,
-    check_options,
-    load_yaml,
-)
 from flywheel.core.decisions import StopRules
 from flywheel.core.options import option_field
 from flywheel.core.settings import (
@@ -58,6 +51,13 @@ from flywheel.core.settings import (
     PROFILE_ENV,  # noqa: F401  (re-exported: flywheel.profile.PROFILE_ENV)
     REPO_ROOT,
     SMOLLM2_DIR,
+)
+from flywheel.core.validation import (
+    ConfigurationError,
+    check_benchmark,
+    check_benchmark_refs,
+    check_options,
+    load_yaml,
 )
 from flywheel.policy.vllm_server import ServerPool
 from flywheel.resources import (

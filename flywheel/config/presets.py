@@ -17,10 +17,10 @@ from typing import Any
 
 import dagster as dg
 
-from flywheel.config.methods import METHODS, implied_sections
-from flywheel.config.validation import ConfigurationError, check_benchmark, check_plain_name
 from flywheel.core.options import Bound, option
 from flywheel.core.settings import REPO_ROOT
+from flywheel.core.validation import ConfigurationError, check_benchmark, check_plain_name
+from flywheel.orchestration.methods import METHODS, implied_sections
 from flywheel.orchestration.partitions import run_max_iteration
 from flywheel.policy.vllm_server import ServerPool
 from flywheel.profile import SECTIONS, Profile, check_iterations, read_yaml, section
@@ -75,7 +75,7 @@ class Preset:
         """The preset's sections with `arm`'s overrides merged in (one level deep per section)."""
         merged = copy.deepcopy(self.sections)
         method = self.method(arm)
-        if method != "bpo":  # the fields a method implies (flywheel/config/methods.py) sit between preset and arm
+        if method != "bpo":  # the fields a method implies (flywheel/orchestration/methods.py) sit between preset and arm
             for section, fields_ in implied_sections(method).items():
                 merged.setdefault(section, {}).update(copy.deepcopy(fields_))
         for section, fields_ in self.arms[arm].items():
@@ -90,7 +90,7 @@ class Preset:
         return run_max_iteration(self.iterations)
 
     def method(self, arm: str) -> str:
-        """The arm's training method (flywheel/config/methods.py): `method: NAME` on the arm, else on the preset, else bpo."""
+        """The arm's training method (flywheel/orchestration/methods.py): `method: NAME` on the arm, else on the preset, else bpo."""
         return str(self.arms[arm].get("method", {}).get("name") or self.sections.get("method", {}).get("name") or "bpo")
 
 

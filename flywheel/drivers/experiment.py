@@ -26,9 +26,7 @@ from typing import Any
 
 import dagster as dg
 
-from flywheel.config.methods import job_for, method_stages
 from flywheel.config.presets import Preset, arm_config, arm_order, build_resources
-from flywheel.config.validation import ConfigurationError
 from flywheel.core.provenance import (
     arm_file,
     code_commit,
@@ -38,8 +36,10 @@ from flywheel.core.provenance import (
     weights_sha256,
 )
 from flywheel.core.store import Store
+from flywheel.core.validation import ConfigurationError
 from flywheel.definitions import build_defs
 from flywheel.drivers.pipeline import GateBlocked, empty_gate_warnings, run_stage
+from flywheel.orchestration.methods import job_for, method_stages
 from flywheel.policy.models import build_tiny_model, require_model
 from flywheel.policy.sft import trim_heap
 from flywheel.policy.vllm_server import ServerPool

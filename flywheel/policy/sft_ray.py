@@ -24,8 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from flywheel.policy.ray_session import RayOptions, ray_session
 from flywheel.policy.sft import TrainConfig, TrainResult, train_sft
-from flywheel.rollout.ray_pool import RayOptions, ray_session
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from flywheel.config.methods import METHODS, method_stages
 from flywheel.config.presets import Preset, arm_config, arm_order
 from flywheel.core.metrics import answer_lengths
 from flywheel.core.provenance import (
@@ -37,6 +36,7 @@ from flywheel.core.quality import (
 )
 from flywheel.core.settings import REPO_ROOT
 from flywheel.core.store import Store
+from flywheel.orchestration.methods import METHODS, method_stages
 from flywheel.resources import EnvResource
 from flywheel.rollout.engine import RolloutConfig
 

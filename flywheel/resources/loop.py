@@ -2,10 +2,10 @@ from collections.abc import Iterable
 
 import dagster as dg
 
-from flywheel.config.validation import ConfigurationError, check_budget
 from flywheel.core.decisions import StopRules
 from flywheel.core.options import Bound
 from flywheel.core.settings import DEFAULT_MAX_ITERATION
+from flywheel.core.validation import ConfigurationError, check_budget
 from flywheel.orchestration.failures import setup_fails_once
 from flywheel.resources.fields import check_fields, same_as, setting
 

@@ -5,10 +5,10 @@ from typing import Any
 import dagster as dg
 from pydantic import PrivateAttr
 
-from flywheel.config.validation import ConfigurationError, check_model_path
 from flywheel.core.options import Bound
 from flywheel.core.prompting import PromptShape
 from flywheel.core.settings import DEFAULT_RUNS_DIR, SMOLLM2_DIR
+from flywheel.core.validation import ConfigurationError, check_model_path
 from flywheel.orchestration.failures import setup_fails_once
 from flywheel.policy import sft_ray
 from flywheel.policy.inference import Generator, OpenAICompatibleGenerator, TransformersGenerator

@@ -15,13 +15,13 @@ import pytest
 import yaml
 
 from flywheel.cli import main
-from flywheel.config.methods import method_stages
 from flywheel.config.presets import load_preset
-from flywheel.config.validation import ConfigurationError
 from flywheel.core.provenance import CHECKSUM, arm_file
 from flywheel.core.quality import mcnemar_exact_p, paired_difference
 from flywheel.core.store import Store
+from flywheel.core.validation import ConfigurationError
 from flywheel.drivers.experiment import run_experiment
+from flywheel.orchestration.methods import method_stages
 from flywheel.resources import EnvResource
 
 REPO = Path(__file__).resolve().parents[2]

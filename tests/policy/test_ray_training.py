@@ -11,10 +11,10 @@ import json
 import pytest
 
 from flywheel.policy.inference import TransformersGenerator
+from flywheel.policy.ray_session import RayOptions
 from flywheel.policy.sft import TrainConfig, sft_examples, train_sft
 from flywheel.resources import TransformersPolicy
 from flywheel.resources.ray_cluster import RayConfig
-from flywheel.rollout.ray_pool import RayOptions
 from tests.fakes import make_traj
 
 pytest.importorskip("ray.train", reason="SFT on Ray needs the `ray` extra")
