@@ -151,7 +151,7 @@ def demo_resources(args: argparse.Namespace, server_pool=None) -> dict:
     demo's settings (`demo_settings`: a flag given, else the profile's field, else the demo's default)
     and its own store and checkpoints under --runs-dir; `server_pool` keeps vLLM servers warm across the
     demo's runs (`policy.keep_server`)."""
-    from flywheel.profile import build_resources
+    from flywheel.profile import resources_from_sections
 
     profile = profile_of(args)
     runs = Path(args.runs_dir)
@@ -173,7 +173,7 @@ def demo_resources(args: argparse.Namespace, server_pool=None) -> dict:
         sections.setdefault(section, {})[field] = settings[flag][0]
     if in_process:
         sections["policy"].setdefault("max_batch_size", settings["parallel_envs"][0])
-    return build_resources(sections, policy_backend=profile.policy_backend, where="demo",
+    return resources_from_sections(sections, policy_backend=profile.policy_backend, where="demo",
                            runs_dir=runs, model_path=args.model, iterations=profile.iterations,
                            benchmark_refs=profile.benchmark_refs, server_pool=server_pool)
 
@@ -384,8 +384,12 @@ def _existing_store(args: argparse.Namespace) -> Path:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from flywheel.core.store import Store
-    from flywheel.reports.dashboard import paper_table, report_table
+    from flywheel.reports.dashboard import all_benchmarks_table, report_table
 
+    if args.paper:  # the old name, accepted for one release
+        print("warning: report --paper is deprecated (accepted for one release): use report --all-benchmarks "
+              "(`flywheel paper` is the paper's tables from experiments' stores)", file=sys.stderr)
+        args.all_benchmarks = True
     path = _existing_store(args)
     store = Store.reader(path)  # read-only: the file's bytes never change
     print(f"store: {path}", file=sys.stderr)
@@ -393,17 +397,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.benchmark is None:  # the profile's benchmark: its first one that has evaluations
         ours = profile_of(args).benchmarks
         args.benchmark = next((b for b in ours if b in evaluated), ours[0])
-        if not args.paper:
+        if not args.all_benchmarks:
             print(f"benchmark: {args.benchmark} (the profile's; --benchmark picks another)", file=sys.stderr)
     if not evaluated:
         print(f"warning: {path} holds no evaluation yet: nothing to report (materialize evaluation first)",
               file=sys.stderr)
-    elif not args.paper and args.benchmark not in evaluated:
+    elif not args.all_benchmarks and args.benchmark not in evaluated:
         print(f"{args.benchmark}: no evaluation in {path}; it has: {', '.join(evaluated)} (use --benchmark)",
               file=sys.stderr)
         return 1
-    if args.paper:
-        print(paper_table(store, metric=args.metric))
+    if args.all_benchmarks:
+        print(all_benchmarks_table(store, metric=args.metric))
     else:
         print(report_table(store, args.benchmark))
     return 0
@@ -676,9 +680,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--runs-dir", default=None,
                      help="folder of flywheel.duckdb (default: the profile's runs_dir/demo if it has a store, else runs_dir, where the UI "
                      "writes)")
-    rep.add_argument("--paper", action="store_true", help="all benchmarks in the paper's Table 1 layout")
+    rep.add_argument("--all-benchmarks", action="store_true",
+                     help="every benchmark's test splits side by side, one row per k (the paper's Table 1 layout)")
+    rep.add_argument("--paper", action="store_true",
+                     help="the old name of --all-benchmarks (accepted for one release; `flywheel paper` is another thing)")
     rep.add_argument("--metric", default="success_rate", choices=["success_rate", "avg_reward"],
-                     help="the number shown with --paper")
+                     help="the number shown with --all-benchmarks")
     rep.set_defaults(fn=cmd_report)
 
     resign = sub.add_parser("resign-arm", help="re-sign committed arm files (experiments/results/NAME/arms/ARM.json) "

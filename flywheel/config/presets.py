@@ -23,8 +23,7 @@ from flywheel.core.validation import ConfigurationError, check_benchmark, check_
 from flywheel.orchestration.methods import METHODS, implied_sections
 from flywheel.orchestration.partitions import run_max_iteration
 from flywheel.policy.vllm_server import ServerPool
-from flywheel.profile import SECTIONS, Profile, check_iterations, read_yaml, section
-from flywheel.profile import build_resources as build_profile_resources
+from flywheel.profile import SECTIONS, Profile, check_iterations, read_yaml, resources_from_sections, section
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +152,7 @@ def load_preset(name_or_path: str) -> Preset:
         runs=check_preset_number(raw, "runs", where=str(path)),
     )
     for arm in preset.arms:  # build every arm's resources now: a bad field fails before any work
-        build_resources(preset, arm, Path("/nonexistent-check"), model_path="/nonexistent-check")
+        arm_resources(preset, arm, Path("/nonexistent-check"), model_path="/nonexistent-check")
         method = preset.arm_sections(arm).get("method", {})
         for name in ("start_from", "controls"):
             if method.get(name) and (method[name] not in preset.arms or method[name] == arm):
@@ -211,11 +210,11 @@ def parse_replicates(raw: Any, arms: dict[str, Any], *, where: str) -> dict[str,
 # -- resources -------------------------------------------------------------------------------
 
 
-def build_resources(preset: Preset, arm: str, arm_dir: Path, *, model_path: str,
-                    policy_fields: dict[str, Any] | None = None,
-                    server_pool: ServerPool | None = None) -> dict[str, dg.ConfigurableResource]:
+def arm_resources(preset: Preset, arm: str, arm_dir: Path, *, model_path: str,
+                  policy_fields: dict[str, Any] | None = None,
+                  server_pool: ServerPool | None = None) -> dict[str, dg.ConfigurableResource]:
     """The resources dict handed to `build_defs` for one arm: its own store and checkpoints, the
-    preset's sections with the arm's overrides, built as a profile's are (flywheel/profile.py).
+    preset's sections with the arm's overrides, built as a profile's are (`profile.resources_from_sections`).
     `policy_fields` override the policy's for one stage (the equal-compute control's steps); `server_pool`: the
     runner's warm vLLM servers (`policy.keep_server`)."""
 
@@ -225,7 +224,7 @@ def build_resources(preset: Preset, arm: str, arm_dir: Path, *, model_path: str,
     sections = preset.arm_sections(arm)
     if policy_fields:
         sections["policy"] = {**sections.get("policy", {}), **policy_fields}
-    return build_profile_resources(
+    return resources_from_sections(
         sections, policy_backend=preset.policy_backend, where=where,
         runs_dir=arm_dir, model_path=model_path, iterations=preset.max_partition, store_fields={"method": preset.method(arm)},
         loop_defaults={"continue_on_empty_gate": True} if preset.continue_on_empty_gate else None,

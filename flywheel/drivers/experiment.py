@@ -26,7 +26,7 @@ from typing import Any
 
 import dagster as dg
 
-from flywheel.config.presets import Preset, arm_config, arm_order, build_resources
+from flywheel.config.presets import Preset, arm_config, arm_order, arm_resources
 from flywheel.core.provenance import (
     arm_file,
     code_commit,
@@ -116,7 +116,7 @@ def run_arm(
     with the k=0 trained here, recorded as drift, and evaluate it)."""
 
     arm_dir.mkdir(parents=True, exist_ok=True)
-    resources = build_resources(preset, arm, arm_dir, model_path=model_path, server_pool=server_pool)
+    resources = arm_resources(preset, arm, arm_dir, model_path=model_path, server_pool=server_pool)
     config = arm_config(preset, arm, model_path)
     saved = arm_dir / "config.json"
     if saved.exists() and (old := json.loads(saved.read_text())) != config:
@@ -130,8 +130,8 @@ def run_arm(
     progress = Progress(arm_dir / "progress.json")
 
     def jobs_for(policy_fields: dict[str, Any]) -> dict[str, dg.JobDefinition]:
-        res = resources if not policy_fields else build_resources(preset, arm, arm_dir, model_path=model_path,
-                                                                  policy_fields=policy_fields, server_pool=server_pool)
+        res = resources if not policy_fields else arm_resources(preset, arm, arm_dir, model_path=model_path,
+                                                                policy_fields=policy_fields, server_pool=server_pool)
         defs = build_defs(res, profile=Profile(benchmarks=(preset.benchmark,), iterations=preset.max_partition))
         return {name: defs.resolve_job_def(f"{name}_job") for name in ("bootstrap", "iteration", "baselines")}
 

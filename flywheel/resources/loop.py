@@ -19,7 +19,7 @@ class LoopResource(dg.ConfigurableResource):
     `patience` iterations in a row.
     """
 
-    # Defaults to the profile's iterations (flywheel.profile.build_resources); set lower, the loop stops there.
+    # Defaults to the profile's iterations (flywheel.profile.resources_from_sections); set lower, the loop stops there.
     iterations: int = same_as(StopRules, "iterations", default=DEFAULT_MAX_ITERATION)
     patience: int = same_as(StopRules, "patience")
     min_new_successes: int = same_as(StopRules, "min_new_successes")

@@ -229,7 +229,7 @@ class ManagedVLLMPolicy(PolicyResource):
                                 "them (the demo, an experiment's arm) owns the servers and stops them; without "
                                 "one, the server lives for one run")
     # The driver's pool of warm servers (`keep_server`), one per server configuration: not configuration, a
-    # live object the demo and the experiment runner pass in (profile.build_resources's `server_pool`).
+    # live object the demo and the experiment runner pass in (profile.resources_from_sections's `server_pool`).
     server_pool: dg.ResourceDependency[ServerPool | None] = None
 
     _server: Any = PrivateAttr(default=None)

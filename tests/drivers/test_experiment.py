@@ -253,11 +253,11 @@ def test_every_shipped_preset_builds_every_arm(path: Path, tmp_path: Path):
     """Each preset in experiments/ names only fields its resources take, for its backend and every arm:
     a preset that would fail on its first stage fails here instead (the vLLM backend refuses transformers-only
     fields such as max_batch_size)."""
-    from flywheel.config.presets import build_resources
+    from flywheel.config.presets import arm_resources
 
     preset = load_preset(str(path))
     for arm in preset.arms:
-        resources = build_resources(preset, arm, tmp_path / arm, model_path=str(tmp_path / "model"))
+        resources = arm_resources(preset, arm, tmp_path / arm, model_path=str(tmp_path / "model"))
         assert {"policy", "envs", "store"} <= set(resources)
 
 
