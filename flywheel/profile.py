@@ -45,8 +45,8 @@ import dagster as dg
 from flywheel.core.decisions import StopRules
 from flywheel.core.options import option_field
 from flywheel.core.settings import (
+    DEFAULT_ITERATIONS,
     DEFAULT_LOOP_CRON,
-    DEFAULT_MAX_ITERATION,
     DEFAULT_RUNS_DIR,
     PROFILE_ENV,  # noqa: F401  (re-exported: flywheel.profile.PROFILE_ENV)
     REPO_ROOT,
@@ -116,7 +116,7 @@ class Profile:
     benchmarks: tuple[str, ...] = field(default_factory=_all_benchmarks)
     # The benchmarks named by reference (name -> "package.module:SPEC"), each one of `benchmarks`.
     benchmark_refs: dict[str, str] = field(default_factory=dict)
-    iterations: int = DEFAULT_MAX_ITERATION  # K: partitions 0..K, and the loop's K unless loop.iterations is lower
+    iterations: int = DEFAULT_ITERATIONS  # K: partitions 0..K, and the loop's K unless loop.iterations is lower
     runs_dir: str = DEFAULT_RUNS_DIR.name
     model: str = "smollm2"
     policy_backend: str = "transformers"

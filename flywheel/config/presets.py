@@ -21,7 +21,7 @@ from flywheel.core.options import Bound, option
 from flywheel.core.settings import REPO_ROOT
 from flywheel.core.validation import ConfigurationError, check_benchmark, check_plain_name
 from flywheel.orchestration.methods import METHODS, implied_sections
-from flywheel.orchestration.partitions import run_max_iteration
+from flywheel.orchestration.partitions import max_partition_for
 from flywheel.policy.vllm_server import ServerPool
 from flywheel.profile import SECTIONS, Profile, check_iterations, read_yaml, resources_from_sections, section
 
@@ -86,7 +86,7 @@ class Preset:
     def max_partition(self) -> int:
         """The highest iteration partition of this experiment's definitions: K, and at least the default range's (the
         profile's `iterations` its definitions are built with; the arms' stages stop at K)."""
-        return run_max_iteration(self.iterations)
+        return max_partition_for(self.iterations)
 
     def method(self, arm: str) -> str:
         """The arm's training method (flywheel/orchestration/methods.py): `method: NAME` on the arm, else on the preset, else bpo."""

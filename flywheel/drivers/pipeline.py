@@ -17,7 +17,7 @@ from flywheel.core.validation import ConfigurationError, check_benchmark
 from flywheel.definitions import build_defs
 from flywheel.orchestration.failures import FAIL_ONCE_TAG
 from flywheel.orchestration.methods import job_for, method_stages
-from flywheel.orchestration.partitions import run_max_iteration
+from flywheel.orchestration.partitions import max_partition_for
 from flywheel.profile import Profile
 
 log = logging.getLogger(__name__)
@@ -133,9 +133,9 @@ def run_flywheel(
     check_benchmark(benchmark, where="run_flywheel(benchmark=...)", refs=refs)
     if iterations < 0:
         raise ConfigurationError(f"iterations must be >= 0, got {iterations}")
-    # Partitions 0..K for this run (run_max_iteration: at least the default range).
+    # Partitions 0..K for this run (max_partition_for: at least the default range).
     defs = build_defs(resources, profile=Profile(benchmarks=(benchmark,), benchmark_refs=refs,
-                                                 iterations=run_max_iteration(iterations)))
+                                                 iterations=max_partition_for(iterations)))
     continue_on_empty_gate = bool(getattr(resources.get("loop"), "continue_on_empty_gate", False))
     empty_gates: list[str] = []
     # The method's stages (orchestration.methods.method_stages, the planner experiments use too), one Dagster run
