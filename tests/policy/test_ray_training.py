@@ -39,6 +39,7 @@ def test_sft_runs_as_a_ray_train_job_and_publishes_the_checkpoint(tmp_path, tiny
     local = train_sft(tiny, rows, tmp_path / "local", cfg)
     assert res.train_loss == pytest.approx(local.train_loss, rel=1e-3)
     assert res.world_size == local.world_size == 1
+    assert res.compute_dtype == local.compute_dtype in ("bfloat16", "float32")  # carried back from the worker
 
 
 @pytest.mark.slow  # two Ray Train workers: ~1-2 min on 2 busy cores
