@@ -58,8 +58,13 @@ test-slow: install
 bench: install model
 	$(PY) benchmarks/run_all.py $(BENCH_ARGS)
 
+# After `make demo`, the UI loads the demo's own profile (runs/demo/profile.yaml, written by the demo): its store,
+# runs, dashboard and resources. FLYWHEEL_PROFILE, when set (even empty: the defaults), wins.
+DEMO_PROFILE := runs/demo/profile.yaml
 ui: install $(DAGSTER_HOME)/dagster.yaml
-	$(VENV)/bin/dagster dev -h 127.0.0.1 -w workspace.yaml
+	@profile="$${FLYWHEEL_PROFILE-$(wildcard $(DEMO_PROFILE))}"; \
+	echo "code location flywheel.definitions from profile: $${profile:-(the defaults: runs/flywheel.duckdb)}"; \
+	FLYWHEEL_PROFILE="$$profile" $(VENV)/bin/dagster dev -h 127.0.0.1 -w workspace.yaml
 
 # Every checkpoint's loss curve (policy.report_to: tensorboard writes <checkpoint>/logs/) under RUNS (default runs).
 RUNS ?= runs

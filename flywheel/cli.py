@@ -61,6 +61,7 @@ DEMO_FIELDS: dict[str, tuple[str, str, object]] = {
 }
 # Numeric flags checked against the bounds of the field named on the right (--iterations is loop.iterations).
 DEMO_OPTIONS = {"iterations": "iterations", **{flag: field for flag, (_, field, _) in DEMO_FIELDS.items()}}
+DEMO_PROFILE = "profile.yaml"  # the demo's own profile, beside its store: `make ui` loads runs/demo/profile.yaml
 
 
 def demo_field_class(section: str) -> type:
@@ -147,14 +148,22 @@ def _instance():
 
 
 def demo_resources(args: argparse.Namespace, server_pool=None) -> dict:
-    """The profile's resources (backends, teacher, loop, every field the demo has no flag for), with the
-    demo's settings (`demo_settings`: a flag given, else the profile's field, else the demo's default)
-    and its own store and checkpoints under --runs-dir; `server_pool` keeps vLLM servers warm across the
+    """The demo's resources: those of `demo_profile`; `server_pool` keeps vLLM servers warm across the
     demo's runs (`policy.keep_server`)."""
-    from flywheel.profile import build_resources
+    return demo_profile(args).resources(server_pool)
+
+
+def demo_profile(args: argparse.Namespace):
+    """The demo's own profile: the profile's resources (backends, teacher, loop, every field the demo has no
+    flag for) with the demo's settings (`demo_settings`: a flag given, else the profile's field, else the
+    demo's default), its benchmark, its iterations' partitions, and its own store and checkpoints under
+    --runs-dir. The demo runs with it and writes it beside its store (DEMO_PROFILE), where `make ui` loads
+    it: the UI's code location then has the demo's store and resources, so it re-executes the demo's runs
+    as the demo ran them."""
+    from flywheel.orchestration.partitions import run_max_iteration
+    from flywheel.profile import Profile
 
     profile = profile_of(args)
-    runs = Path(args.runs_dir)
     spec = _demo_spec(args)
     spec_options, env_options = demo_options(args, spec)
     b = args.benchmark
@@ -173,9 +182,12 @@ def demo_resources(args: argparse.Namespace, server_pool=None) -> dict:
         sections.setdefault(section, {})[field] = settings[flag][0]
     if in_process:
         sections["policy"].setdefault("max_batch_size", settings["parallel_envs"][0])
-    return build_resources(sections, policy_backend=profile.policy_backend, where="demo",
-                           runs_dir=runs, model_path=args.model, iterations=profile.iterations,
-                           benchmark_refs=profile.benchmark_refs, server_pool=server_pool)
+    loop_k = sections.setdefault("loop", {}).setdefault("iterations", profile.iterations)  # the profile's K
+    refs = {k: v for k, v in profile.benchmark_refs.items() if k == b}
+    return Profile(benchmarks=(b,), benchmark_refs=refs, iterations=max(run_max_iteration(args.iterations), loop_k),
+                   runs_dir=str(Path(args.runs_dir).absolute()), model=args.model,
+                   policy_backend=profile.policy_backend, loop_cron=profile.loop_cron, sections=sections,
+                   source=str(Path(args.runs_dir) / DEMO_PROFILE))
 
 
 def _demo_spec(args: argparse.Namespace):
@@ -246,7 +258,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from flywheel.config.validation import check_data
     from flywheel.core.store import check_store
     from flywheel.drivers.experiment import resolve_model
-    from flywheel.drivers.pipeline import GateBlocked, StageFailed, run_flywheel
+    from flywheel.drivers.pipeline import GateBlocked, StageFailed, materialize_dashboard, run_flywheel
     from flywheel.policy.vllm_server import ServerPool
 
     check_store(Path(args.runs_dir) / "flywheel.duckdb")  # a damaged or newer store: refused, nothing written
@@ -257,19 +269,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
     args.model = resolve_model(args.model_name, Path(args.runs_dir))  # `tiny`: built under --runs-dir once
     started = time.monotonic()
     pool = ServerPool()  # the demo owns the servers policy.keep_server keeps warm across its runs
-    resources = demo_resources(args, server_pool=pool)
+    demo = demo_profile(args)
+    resources = demo.resources(server_pool=pool)
+    profile_path = Path(args.runs_dir) / DEMO_PROFILE  # first: the UI can show (and re-execute) a run under way
+    profile_path.parent.mkdir(parents=True, exist_ok=True)
+    profile_path.write_text(f"# The demo's profile, written by `flywheel demo`: `make ui` loads it.\n{demo.to_yaml()}")
     logging.getLogger("flywheel.demo").info("demo settings: %s", ", ".join(
         f"--{flag.replace('_', '-')} {value} ({source})" for flag, (value, source) in demo_settings(args).items()))
     stopped, code, empty_gates = None, 0, []
     try:
         empty_gates = run_flywheel(args.benchmark, resources=resources, iterations=args.iterations,
-                                   instance=_ready_instance(), benchmark_refs=profile_of(args).benchmark_refs)
+                                   instance=_ready_instance(), profile=demo)
     except GateBlocked as exc:  # nothing passed the reward gate: a measured result, reported as such
         stopped = f"{exc} (no successful trajectory to refine on; the sensor would stop here too)"
     except StageFailed as exc:  # the cause is the last line; exit 2 when no rerun can fix it as it is
         stopped, code = str(exc), 1 if exc.retryable else 2
     finally:
         pool.stop_all()
+    if code != 2:  # the dashboard of what was evaluated, also after an empty gate or a stage that a rerun can fix
+        materialize_dashboard(args.benchmark, resources=resources, instance=_instance(), profile=demo)
     minutes = (time.monotonic() - started) / 60
     store = Path(args.runs_dir) / "flywheel.duckdb"
     print(f"\n## {args.benchmark}: success of checkpoint k=0 (SFT on seeds) vs k={args.iterations} "
@@ -282,9 +300,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"empty reward gate(s), trained on anyway (loop.continue_on_empty_gate): {'; '.join(empty_gates)}")
     teacher = "scripted" if type(resources["teacher"]).__name__ == "ScriptedTeacherResource" else "openai-compatible"
     print(f"\nwall time: {minutes:.1f} min; store: {store}; teacher: {teacher}; model: {args.model}")
-    profile = profile_of(args)
-    env = f"FLYWHEEL_PROFILE={profile.source} " if profile.source else ""
-    print(f"the same jobs in the Dagster UI (this demo's runs are listed there): {env}make ui   "
+    from flywheel.core.settings import DEFAULT_RUNS_DIR
+
+    plain = Path(args.runs_dir).absolute() == DEFAULT_RUNS_DIR / "demo" and not os.environ.get("FLYWHEEL_PROFILE")
+    env = "" if plain else f"FLYWHEEL_PROFILE={profile_path} "  # `make ui` loads runs/demo/profile.yaml itself
+    print(f"this demo's runs, its dashboard (flywheel_summary) and its store in the Dagster UI: {env}make ui   "
           "(http://127.0.0.1:3000)")
     print(f"a real experiment (n and paired intervals per checkpoint): {experiment_command(args.benchmark)}")
     if stopped:

@@ -156,13 +156,25 @@ class Profile:
         """The base model folder `model` names (see `model_folder`)."""
         return model_folder(self.model, self.runs_path)
 
-    def resources(self) -> dict[str, dg.ConfigurableResource]:
-        """The resources `build_defs` gets: store and checkpoints under runs_dir, the profile's fields."""
+    def resources(self, server_pool: ServerPool | None = None) -> dict[str, dg.ConfigurableResource]:
+        """The resources `build_defs` gets: store and checkpoints under runs_dir, the profile's fields;
+        `server_pool`: a driver's warm vLLM servers (`build_resources`)."""
         return build_resources(
             self.sections, policy_backend=self.policy_backend, where=self.source or "profile",
             runs_dir=self.runs_path, model_path=self.model_path(), iterations=self.iterations,
-            benchmark_refs=self.benchmark_refs, benchmarks=self.benchmarks,
+            benchmark_refs=self.benchmark_refs, benchmarks=self.benchmarks, server_pool=server_pool,
         )
+
+    def to_yaml(self) -> str:
+        """This profile as a profile file: `load_profile` of the text gives it back (the demo writes its own, which
+        `make ui` loads, so that the UI's code location has the demo's resources)."""
+        import yaml
+
+        refs = self.benchmark_refs
+        top = {"benchmarks": {b: refs.get(b) for b in self.benchmarks} if refs else list(self.benchmarks),
+               "iterations": self.iterations, "runs_dir": self.runs_dir, "model": self.model,
+               "policy_backend": self.policy_backend, "loop_cron": self.loop_cron}
+        return yaml.safe_dump({**top, **self.sections}, sort_keys=False)
 
 
 TOP_LEVEL = tuple(f.name for f in dataclasses.fields(Profile)

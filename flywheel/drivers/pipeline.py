@@ -122,20 +122,20 @@ def run_flywheel(
     instance: dg.DagsterInstance,
     evaluate_last_only: bool = False,
     benchmark_refs: dict[str, str] | None = None,
+    profile: Profile | None = None,
 ) -> list[str]:
     """Bootstrap, then iterations 0..iterations-1 (SFT, rollouts, gate, evaluation), then SFT+eval of the last.
-    `benchmark_refs` names a benchmark outside the registry (name -> "module:attribute", as in a profile).
+    `benchmark_refs` names a benchmark outside the registry (name -> "module:attribute", as in a profile);
+    `profile` (the demo's) sizes the partitions instead (`_defs`), and names the references.
 
     An empty reward gate (its blocking check failed) raises GateBlocked, unless the `loop` resource says
     `continue_on_empty_gate`: then k+1 trains anyway (as `sft_checkpoint` allows it) and the gate's message
     is returned, one per empty gate."""
-    refs = dict(benchmark_refs or {})
+    refs = dict(profile.benchmark_refs if profile else benchmark_refs or {})
     check_benchmark(benchmark, where="run_flywheel(benchmark=...)", refs=refs)
     if iterations < 0:
         raise ConfigurationError(f"iterations must be >= 0, got {iterations}")
-    # Partitions 0..K for this run (run_max_iteration: at least the default range).
-    defs = build_defs(resources, profile=Profile(benchmarks=(benchmark,), benchmark_refs=refs,
-                                                 iterations=run_max_iteration(iterations)))
+    defs = _defs(benchmark, resources, profile or _run_profile(benchmark, iterations, refs))
     continue_on_empty_gate = bool(getattr(resources.get("loop"), "continue_on_empty_gate", False))
     empty_gates: list[str] = []
     # The method's stages (config.methods.method_stages, the planner experiments use too), one Dagster run
@@ -161,6 +161,32 @@ def run_flywheel(
             log.warning("%s; continuing (loop.continue_on_empty_gate)", exc)
             empty_gates.append(str(exc))
     return empty_gates
+
+
+def _run_profile(benchmark: str, iterations: int, refs: dict[str, str]) -> Profile:
+    """The partitions of a run of iterations 0..K: this benchmark, 0..K (run_max_iteration: at least the default
+    range)."""
+    return Profile(benchmarks=(benchmark,), benchmark_refs=refs, iterations=run_max_iteration(iterations))
+
+
+def _defs(benchmark: str, resources: dict[str, dg.ConfigurableResource], profile: Profile) -> dg.Definitions:
+    if benchmark not in profile.benchmarks:
+        raise ConfigurationError(f"benchmark {benchmark!r} is not one of the profile's {list(profile.benchmarks)}")
+    return build_defs(resources, profile=profile)
+
+
+def materialize_dashboard(benchmark: str, *, resources: dict[str, dg.ConfigurableResource],
+                          instance: dg.DagsterInstance, profile: Profile) -> bool:
+    """Materialize `flywheel_summary` (the dashboard) of `benchmark` from the store's evaluations, so the UI shows
+    it after the demo; a store without evaluations is one warning line (the asset says why), not a failure."""
+    log.info("== dashboard: flywheel_summary %s (the per-iteration table and chart in the UI)", benchmark)
+    job = _defs(benchmark, resources, profile).resolve_job_def("summary_job")
+    try:
+        run_stage(job, benchmark, ["flywheel_summary"], instance)
+    except StageFailed as exc:
+        log.warning("no dashboard: %s", exc)
+        return False
+    return True
 
 
 @dataclass

@@ -125,9 +125,13 @@ def test_model_tiny_is_built_for_the_demo_as_for_experiments(tmp_path, monkeypat
     assert "make ui" in out and "make experiment PRESET=cpu-scienceworld" in out and str(runs / "flywheel.duckdb") in out
 
 
-def test_the_demo_honours_continue_on_empty_gate(tmp_path, capsys):
+def test_the_demo_honours_continue_on_empty_gate(tmp_path, capsys, monkeypatch):
     """The tiny model's gate is empty (it solves nothing): with the profile's `loop.continue_on_empty_gate`
-    the demo trains and evaluates k=1 anyway and says so; its table has n and Wilson intervals."""
+    the demo trains and evaluates k=1 anyway and says so; its table has n and Wilson intervals. It ends by
+    materializing the dashboard (flywheel_summary) into the instance `make ui` shows, and leaves its profile
+    beside its store for `make ui` to load."""
+    import dagster as dg
+
     from flywheel.cli import main
     from flywheel.core.store import Store
     from flywheel.policy.models import build_tiny_model
@@ -136,6 +140,7 @@ def test_the_demo_honours_continue_on_empty_gate(tmp_path, capsys):
     profile = _profile(tmp_path, "loop: {continue_on_empty_gate: true}\ncurriculum: {synthesize: false}\n"
                                  "policy: {max_length: 3072}\n")  # the tiny tokenizer's examples are long
     runs = tmp_path / "demo-runs"
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))  # as `make demo` sets it
     code = main(["--profile", profile, "demo", "--benchmark", "webshop", "--model", tiny, "--runs-dir", str(runs),
                  "--train-tasks", "1", "--eval-tasks", "1", "--max-steps", "2", "--samples", "1",
                  "--max-train-steps", "1", "--batch-size", "2", "--max-new-tokens", "8", "--parallel-envs", "2"])
@@ -144,3 +149,50 @@ def test_the_demo_honours_continue_on_empty_gate(tmp_path, capsys):
     assert sorted({r["iteration"] for r in Store(runs / "flywheel.duckdb").evaluation_rows("webshop")}) == [0, 1]
     assert "empty reward gate(s), trained on anyway (loop.continue_on_empty_gate)" in out
     assert "| k=1 | unseen | 1 | 0.0 [0.0, 79.3] (0/1) |" in out
+    assert f"FLYWHEEL_PROFILE={runs / 'profile.yaml'} make ui" in out  # not the default runs/demo: named
+    with dg.DagsterInstance.get() as instance:
+        summary = instance.get_latest_materialization_event(dg.AssetKey("flywheel_summary"))
+        assert summary is not None and summary.asset_materialization.partition == "webshop"
+        meta = summary.asset_materialization.metadata
+        assert meta["store"].value == str(runs / "flywheel.duckdb") and meta["iterations"].value == 2
+        assert (runs / "dashboard" / "webshop_summary.png").is_file()
+        # The UI's one code location, from the demo's profile, has the jobs the demo's runs name (the UI's
+        # "Re-execute" finds a run's job by name there), with the demo's store and settings.
+        monkeypatch.setenv("FLYWHEEL_PROFILE", str(runs / "profile.yaml"))
+        from flywheel.definitions import defs
+
+        ui = defs if isinstance(defs, dg.Definitions) else defs()
+        assert ui.resources["store"].path == str(runs / "flywheel.duckdb") and ui.resources["envs"].eval_limit == 1
+        names = {r.job_name for r in instance.get_runs()}
+        assert names == {"bootstrap_job", "iteration_job", "summary_job"}
+        assert all(ui.resolve_job_def(name) for name in names)
+
+
+def test_the_demo_s_profile_gives_the_ui_the_demo_s_resources_and_jobs(tmp_path, monkeypatch):
+    """`make ui` loads the profile the demo writes beside its store (runs/demo/profile.yaml): the code location
+    built from it is the demo's own definitions (its resources, its partitions: the same job snapshots), so the
+    UI's "Re-execute" of a demo run (found by job name in that location) runs it as the demo did."""
+    import dagster as dg
+
+    import flywheel.definitions
+    from flywheel.cli import DEMO_PROFILE, demo_profile
+    from flywheel.definitions import build_defs
+
+    runs = tmp_path / "demo-runs"
+    args = build_parser().parse_args(["--profile", _profile(tmp_path), "demo", "--runs-dir", str(runs),
+                                      "--iterations", "2", "--eval-tasks", "4"])
+    demo = demo_profile(args)
+    path = runs / DEMO_PROFILE
+    path.parent.mkdir(parents=True)
+    path.write_text(demo.to_yaml())
+    monkeypatch.setenv("FLYWHEEL_PROFILE", str(path))  # what `make ui` sets when runs/demo/profile.yaml exists
+    ui = flywheel.definitions.defs
+    ui = ui() if not isinstance(ui, dg.Definitions) else ui
+    ran = build_defs(demo_resources(args), profile=demo)  # the definitions the demo's runs execute in
+    assert ui.resources["store"].path == str(runs / "flywheel.duckdb")
+    for name in ("envs", "policy", "loop", "curriculum", "method", "teacher", "store"):
+        assert ui.resources[name].model_dump() == ran.resources[name].model_dump(), name
+    assert ui.resources["envs"].eval_limit == 4 and ui.resources["envs"].train_limit == 5  # flag, profile
+    assert ui.resources["loop"].iterations == 3  # the profile's K (the default), not the demo's partitions
+    for job in ("bootstrap_job", "iteration_job", "summary_job"):
+        assert ui.resolve_job_def(job).get_job_snapshot_id() == ran.resolve_job_def(job).get_job_snapshot_id(), job
