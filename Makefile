@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 MODEL  := .cache/models/smollm2-135m
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 
-.PHONY: install model demo experiment test test-slow bench ui tensorboard lint clean
+.PHONY: install model demo experiment test test-slow bench ui tensorboard screenshots lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -70,6 +70,11 @@ ui: install $(DAGSTER_HOME)/dagster.yaml
 RUNS ?= runs
 tensorboard: install
 	$(VENV)/bin/tensorboard --logdir $(RUNS) --host 127.0.0.1 --port 6006
+
+# The UI screenshots of docs/dashboard.md (docs/img/) over a demo folder (DEMO_RUNS): needs Debian's chromium.
+DEMO_RUNS ?= runs/demo
+screenshots: install
+	$(PY) scripts/screenshots.py $(DEMO_RUNS) docs/img
 
 lint: install
 	$(VENV)/bin/ruff check flywheel envs tests benchmarks
