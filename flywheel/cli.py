@@ -100,7 +100,7 @@ def demo_settings(args: argparse.Namespace) -> dict[str, tuple[object, str]]:
 def validate_demo_args(args: argparse.Namespace) -> None:
     """Every numeric option within its bound and every benchmark option one the benchmark takes,
     before any work (ConfigurationError names the flag or the valid options)."""
-    from flywheel.config.validation import check_benchmark, check_options, check_writable_dir
+    from flywheel.core.validation import check_benchmark, check_options, check_writable_dir
 
     check_benchmark(args.benchmark, where="--benchmark", refs=profile_of(args).benchmark_refs)
     check_writable_dir(Path(args.runs_dir), "--runs-dir")
@@ -160,7 +160,7 @@ def demo_profile(args: argparse.Namespace):
     --runs-dir. The demo runs with it and writes it beside its store (DEMO_PROFILE), where `make ui` loads
     it: the UI's code location then has the demo's store and resources, so it re-executes the demo's runs
     as the demo ran them."""
-    from flywheel.orchestration.partitions import run_max_iteration
+    from flywheel.orchestration.partitions import max_partition_for
     from flywheel.profile import Profile
 
     profile = profile_of(args)
@@ -184,7 +184,7 @@ def demo_profile(args: argparse.Namespace):
         sections["policy"].setdefault("max_batch_size", settings["parallel_envs"][0])
     loop_k = sections.setdefault("loop", {}).setdefault("iterations", profile.iterations)  # the profile's K
     refs = {k: v for k, v in profile.benchmark_refs.items() if k == b}
-    return Profile(benchmarks=(b,), benchmark_refs=refs, iterations=max(run_max_iteration(args.iterations), loop_k),
+    return Profile(benchmarks=(b,), benchmark_refs=refs, iterations=max(max_partition_for(args.iterations), loop_k),
                    runs_dir=str(Path(args.runs_dir).absolute()), model=args.model,
                    policy_backend=profile.policy_backend, loop_cron=profile.loop_cron, sections=sections,
                    source=str(Path(args.runs_dir) / DEMO_PROFILE))
@@ -216,7 +216,7 @@ def demo_options(args: argparse.Namespace, spec) -> tuple[dict, dict]:
     option the benchmark does not take is a ConfigurationError that lists the ones it does.
     """
     from envs import check_env_options, configure_spec
-    from flywheel.config.validation import ConfigurationError
+    from flywheel.core.validation import ConfigurationError
 
     envs = profile_of(args).sections.get("envs", {})
     spec_options = {**getattr(spec, "demo_spec_options", {}), **envs.get("spec_options", {}).get(args.benchmark, {}),
@@ -239,7 +239,7 @@ def _key_values(items: list[str] | None, flag: str) -> dict:
     """KEY=VALUE pairs; a VALUE that reads as JSON (5, 0.5, true, null) is that value, else the string."""
     import json
 
-    from flywheel.config.validation import ConfigurationError
+    from flywheel.core.validation import ConfigurationError
 
     options = {}
     for item in items or ():
@@ -255,8 +255,8 @@ def _key_values(items: list[str] | None, flag: str) -> dict:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     validate_demo_args(args)  # first: before Dagster is even imported
-    from flywheel.config.validation import check_data
     from flywheel.core.store import check_store
+    from flywheel.core.validation import check_data
     from flywheel.drivers.experiment import resolve_model
     from flywheel.drivers.pipeline import GateBlocked, StageFailed, materialize_dashboard, run_flywheel
     from flywheel.policy.vllm_server import ServerPool
@@ -348,7 +348,7 @@ def demo_table(store, benchmark: str) -> str:
 def experiment_command(benchmark: str) -> str:
     """`make experiment PRESET=...` for a preset of this benchmark (experiments/*.yaml), `cpu-<benchmark>` first."""
     from flywheel.config.presets import PRESETS_DIR
-    from flywheel.config.validation import ConfigurationError, load_yaml
+    from flywheel.core.validation import ConfigurationError, load_yaml
 
     def benchmark_of(path: Path) -> object:
         try:
@@ -386,7 +386,7 @@ def cmd_free_slots(args: argparse.Namespace) -> int:
 
 def _existing_store(args: argparse.Namespace) -> Path:
     """The store `report`/`export` read: never created here (a missing one is a one-line error)."""
-    from flywheel.config.validation import ConfigurationError
+    from flywheel.core.validation import ConfigurationError
 
     root = profile_of(args).runs_path
     candidates = [Path(args.runs_dir)] if args.runs_dir else [root / "demo", root]
@@ -404,8 +404,12 @@ def _existing_store(args: argparse.Namespace) -> Path:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from flywheel.core.store import Store
-    from flywheel.reports.dashboard import paper_table, report_table
+    from flywheel.reports.dashboard import all_benchmarks_table, report_table
 
+    if args.paper:  # the old name, accepted for one release
+        print("warning: report --paper is deprecated (accepted for one release): use report --all-benchmarks "
+              "(`flywheel paper` is the paper's tables from experiments' stores)", file=sys.stderr)
+        args.all_benchmarks = True
     path = _existing_store(args)
     store = Store.reader(path)  # read-only: the file's bytes never change
     print(f"store: {path}", file=sys.stderr)
@@ -413,17 +417,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.benchmark is None:  # the profile's benchmark: its first one that has evaluations
         ours = profile_of(args).benchmarks
         args.benchmark = next((b for b in ours if b in evaluated), ours[0])
-        if not args.paper:
+        if not args.all_benchmarks:
             print(f"benchmark: {args.benchmark} (the profile's; --benchmark picks another)", file=sys.stderr)
     if not evaluated:
         print(f"warning: {path} holds no evaluation yet: nothing to report (materialize evaluation first)",
               file=sys.stderr)
-    elif not args.paper and args.benchmark not in evaluated:
+    elif not args.all_benchmarks and args.benchmark not in evaluated:
         print(f"{args.benchmark}: no evaluation in {path}; it has: {', '.join(evaluated)} (use --benchmark)",
               file=sys.stderr)
         return 1
-    if args.paper:
-        print(paper_table(store, metric=args.metric))
+    if args.all_benchmarks:
+        print(all_benchmarks_table(store, metric=args.metric))
     else:
         print(report_table(store, args.benchmark))
     return 0
@@ -437,8 +441,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     preset = load_preset(args.preset)  # a bad preset: one line naming the fix, exit 2 (see main)
     runs = Path(args.runs_dir) if args.runs_dir else profile_of(args).runs_path / "experiments" / preset.name
     results = Path(args.results_dir) if args.results_dir else RESULTS_DIR / preset.name
-    from flywheel.config.validation import check_writable_dir
     from flywheel.core.store import check_store
+    from flywheel.core.validation import check_writable_dir
 
     check_writable_dir(runs, "--runs-dir")
     check_writable_dir(results, "--results-dir")
@@ -525,8 +529,8 @@ def cmd_paper(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from flywheel.config.validation import ConfigurationError, check_plain_name, check_writable_dir
     from flywheel.core.store import Store
+    from flywheel.core.validation import ConfigurationError, check_plain_name, check_writable_dir
     from flywheel.reports.export import export_store
 
     path = _existing_store(args)
@@ -696,9 +700,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--runs-dir", default=None,
                      help="folder of flywheel.duckdb (default: the profile's runs_dir/demo if it has a store, else runs_dir, where the UI "
                      "writes)")
-    rep.add_argument("--paper", action="store_true", help="all benchmarks in the paper's Table 1 layout")
+    rep.add_argument("--all-benchmarks", action="store_true",
+                     help="every benchmark's test splits side by side, one row per k (the paper's Table 1 layout)")
+    rep.add_argument("--paper", action="store_true",
+                     help="the old name of --all-benchmarks (accepted for one release; `flywheel paper` is another thing)")
     rep.add_argument("--metric", default="success_rate", choices=["success_rate", "avg_reward"],
-                     help="the number shown with --paper")
+                     help="the number shown with --all-benchmarks")
     rep.set_defaults(fn=cmd_report)
 
     resign = sub.add_parser("resign-arm", help="re-sign committed arm files (experiments/results/NAME/arms/ARM.json) "
@@ -749,7 +756,7 @@ def quiet_library_progress() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from envs.data import MissingDataError
-    from flywheel.config.validation import ConfigurationError
+    from flywheel.core.validation import ConfigurationError
     from flywheel.policy.models import ModelNotFoundError
 
     # Dagster's BetaWarning / PreviewWarning about APIs the definitions use on purpose (multi-partition

@@ -11,13 +11,13 @@ from typing import Any
 
 import dagster as dg
 
-from flywheel.config.methods import job_for, method_stages
-from flywheel.config.validation import ConfigurationError, check_benchmark
 from flywheel.core.metrics import markdown_table
 from flywheel.core.store import Store
+from flywheel.core.validation import ConfigurationError, check_benchmark
 from flywheel.definitions import build_defs
 from flywheel.orchestration.failures import FAIL_ONCE_TAG
-from flywheel.orchestration.partitions import run_max_iteration
+from flywheel.orchestration.methods import job_for, method_stages
+from flywheel.orchestration.partitions import max_partition_for
 from flywheel.profile import Profile
 
 log = logging.getLogger(__name__)
@@ -138,7 +138,7 @@ def run_flywheel(
     defs = _defs(benchmark, resources, profile or _run_profile(benchmark, iterations, refs))
     continue_on_empty_gate = bool(getattr(resources.get("loop"), "continue_on_empty_gate", False))
     empty_gates: list[str] = []
-    # The method's stages (config.methods.method_stages, the planner experiments use too), one Dagster run
+    # The method's stages (orchestration.methods.method_stages, the planner experiments use too), one Dagster run
     # per partition: bootstrap, then each k's SFT, rollouts, gate and evaluation together.
     for key, stages in itertools.groupby(method_stages(benchmark, iterations, "bpo"), key=lambda s: s[1]):
         stages = list(stages)
@@ -164,9 +164,9 @@ def run_flywheel(
 
 
 def _run_profile(benchmark: str, iterations: int, refs: dict[str, str]) -> Profile:
-    """The partitions of a run of iterations 0..K: this benchmark, 0..K (run_max_iteration: at least the default
+    """The partitions of a run of iterations 0..K: this benchmark, 0..K (max_partition_for: at least the default
     range)."""
-    return Profile(benchmarks=(benchmark,), benchmark_refs=refs, iterations=run_max_iteration(iterations))
+    return Profile(benchmarks=(benchmark,), benchmark_refs=refs, iterations=max_partition_for(iterations))
 
 
 def _defs(benchmark: str, resources: dict[str, dg.ConfigurableResource], profile: Profile) -> dg.Definitions:

@@ -21,7 +21,7 @@ from flywheel.core.store import Store
 from flywheel.core.trajectory import Step, Trajectory
 from flywheel.policy.models import load_tokenizer
 from flywheel.policy.vllm_server import DEFAULT_PYTHON, SERVED_NAME, VLLMServer, VLLMServerConfig
-from flywheel.profile import build_resources
+from flywheel.profile import resources_from_sections
 from flywheel.resources import OpenAICompatiblePolicy, OpenAITeacherResource
 from flywheel.rollout.engine import RolloutConfig, run_rollouts
 from flywheel.teacher.base import TeacherError
@@ -58,8 +58,8 @@ def resources(endpoint, tmp_path):
     sections = {"policy": {"base_url": endpoint, "served_model": SERVED_NAME, "api_key": "EMPTY"},
                 "teacher": {"base_url": endpoint, "model": SERVED_NAME, "api_key": "EMPTY", "max_retries": 4,
                             "backoff_s": 0.0, "timeout_s": 1800.0}}  # per request, retries included: a busy CPU is slow
-    return build_resources(sections, policy_backend="openai", where="test profile", runs_dir=tmp_path,
-                           model_path=str(MODEL), iterations=1)
+    return resources_from_sections(sections, policy_backend="openai", where="test profile", runs_dir=tmp_path,
+                                   model_path=str(MODEL), iterations=1)
 
 
 @pytest.mark.timeout(3600)
