@@ -6,7 +6,7 @@ from a profile's sections, as a user configures them, and pointed at the project
 Every other test of these paths talks to tests/openai_stub.py. The server runs with `--enforce-eager` (no
 torch.compile warm-up) and a default answer budget of 96 tokens (`--override-generation-config`), because the
 teacher sends no `max_tokens` and a 135M model can repeat itself up to the context length. Measured: 2 tests in
-2 minutes on the 2-core CPU machine with one other job, 19 minutes beside a demo and three other test runs.
+3 minutes on the 2-core CPU machine with one other job, 19 minutes beside a demo and three other test runs.
 """
 
 from __future__ import annotations
