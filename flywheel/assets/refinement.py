@@ -16,6 +16,7 @@ cut is in the store's `gate_cleaning` table.
 
 import dagster as dg
 
+from envs.base import Task
 from flywheel.assets._common import metadata_table, progress_logger, rounded
 from flywheel.assets.training import gated_trajectories, sft_checkpoint
 from flywheel.config.validation import check_options
@@ -175,8 +176,14 @@ def clean(candidates: list, envs: EnvResource, benchmark: str) -> dict:
     successes = [t for t in candidates if t.status == "ok" and t.success]
     if not successes:
         return {}
-    tasks = {t.task_id: t for t in envs.tasks(benchmark, "train")}
-    return {c.trajectory.traj_id: c for c in clean_successes(successes, tasks, envs.env_factory(benchmark))}
+    tasks: dict[str, Task] = {}
+
+    def task_of(task_id: str) -> Task:  # the training tasks are loaded once, and only if a cut needs a replay
+        if not tasks:
+            tasks.update((t.task_id, t) for t in envs.tasks(benchmark, "train"))
+        return tasks[task_id]
+
+    return {c.trajectory.traj_id: c for c in clean_successes(successes, task_of, envs.env_factory(benchmark))}
 
 
 # The blocking check's key, the same over any partitions (build_defs builds the check over the profile's).

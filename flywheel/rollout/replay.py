@@ -49,9 +49,12 @@ def replays_the_same(env: Env, task: Task, tr: Trajectory) -> bool:
     return result is not None and bool(result.success) == tr.success and tr.success
 
 
-def clean_successes(trajs: Sequence[Trajectory], tasks: dict[str, Task], make_env: Callable[[], Env]) -> list[Cleaned]:
+def clean_successes(trajs: Sequence[Trajectory], task_of: Callable[[str], Task],
+                    make_env: Callable[[], Env]) -> list[Cleaned]:
     """Each success with its no-progress steps cut, where replaying the cut in one env (reset per
-    trajectory) reproduces it; otherwise as it was. An env that breaks rejects the cut, never the success."""
+    trajectory) reproduces it; otherwise as it was. `task_of(task_id)` is asked (and the env made) only
+    for a trajectory with something to cut. An env that breaks, or a task it does not know, rejects the
+    cut, never the success."""
     out: list[Cleaned] = []
     env: Env | None = None
     try:
@@ -64,7 +67,7 @@ def clean_successes(trajs: Sequence[Trajectory], tasks: dict[str, Task], make_en
             shorter = apply_cut(tr, cut.kept)
             try:
                 env = env or make_env()
-                ok = replays_the_same(env, tasks[tr.task_id], shorter)
+                ok = replays_the_same(env, task_of(tr.task_id), shorter)
             except (EnvError, KeyError) as exc:
                 log.warning("replay of %s failed (%r): keeping it uncut", tr.traj_id, exc)
                 if env is not None:

@@ -25,7 +25,7 @@ def test_a_loop_is_cut_and_the_cut_replays_to_the_same_success():
     tr = played(["go to room 4", "go to room 5", "go to room 4", "look around", "look around", "go to room 2",
                  "take key", "go to room 3", "open door"])
     assert tr.success
-    [c] = clean_successes([tr], {TASK.task_id: TASK}, SPEC.make_env)
+    [c] = clean_successes([tr], {TASK.task_id: TASK}.__getitem__, SPEC.make_env)
     assert c.outcome == "cut" and (c.steps_before, c.steps_after) == (9, 5)
     assert c.trajectory.actions == ("go to room 4", "go to room 2", "take key", "go to room 3", "open door")
     assert replays_the_same(SPEC.make_env(), TASK, c.trajectory)
@@ -36,18 +36,18 @@ def test_a_cut_that_breaks_the_success_is_rejected_by_replay():
     # Cutting "back" to it drops the key, and the door stays locked on replay.
     tr = played(["go to room 3", "go to room 2", "take key", "go to room 3", "open door"])
     assert tr.success and tr.steps[0].next_observation == tr.steps[3].next_observation
-    [c] = clean_successes([tr], {TASK.task_id: TASK}, SPEC.make_env)
+    [c] = clean_successes([tr], {TASK.task_id: TASK}.__getitem__, SPEC.make_env)
     assert c.outcome == "rejected"
     assert c.trajectory is tr and c.kept == (0, 1, 2, 3, 4)  # the original, uncut
 
 
 def test_nothing_to_cut_needs_no_replay():
     tr = played(["go to room 2", "take key", "go to room 3", "open door"])
-    [c] = clean_successes([tr], {}, lambda: (_ for _ in ()).throw(AssertionError("no env needed")))
+    [c] = clean_successes([tr], {}.__getitem__, lambda: (_ for _ in ()).throw(AssertionError("no env needed")))
     assert c.outcome == "unchanged" and c.trajectory is tr
 
 
 def test_an_unknown_task_keeps_the_success_uncut():
     tr = played(["look around", "look around", "go to room 2", "take key", "go to room 3", "open door"])
-    [c] = clean_successes([tr], {}, SPEC.make_env)
+    [c] = clean_successes([tr], {}.__getitem__, SPEC.make_env)
     assert c.outcome == "rejected" and c.trajectory is tr
