@@ -7,6 +7,7 @@ import dagster as dg
 from flywheel.assets.training import gated_trajectories
 from flywheel.core.store import Store
 from flywheel.orchestration.partitions import partition_key
+from flywheel.reports.results import arm_results
 from tests.helpers import check_results, run
 from tests.loop_support import BENCH, loop_defs
 
@@ -45,3 +46,9 @@ def test_the_gate_cuts_a_repeated_look_verified_by_replay_and_sft_reads_the_cut(
     assert meta["steps_after_cleaning"].value == steps + len(teacher)
     assert meta["cuts_verified"].value == 2 * len(teacher) and meta["cuts_rejected_by_replay"].value == 0
     assert meta["yield_per_100_episodes"].value == 100 * len(teacher) / len(rows)
+
+    # The report's per-iteration row (flywheel.reports): the gate's yield and the admitted steps before and after.
+    [row] = arm_results(db, BENCH, 0, {}, ("seen", "unseen"))["per_k"]
+    assert row["gate"]["cleaning"] == {"steps_before": steps + 2 * len(teacher), "steps_after": steps + len(teacher),
+                                       "cut": len(teacher)}
+    assert row["gate"]["yield_per_100_episodes"] == 50.0
