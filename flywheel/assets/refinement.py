@@ -32,12 +32,13 @@ from flywheel.core.sampling import (
     task_stats_rows,
     teaching_weights,
 )
+from flywheel.core.trajectory import Trajectory
 from flywheel.orchestration.failures import fail_once, fails_once, mark_run_not_retryable
 from flywheel.orchestration.partitions import flywheel_partitions, keys_of
 from flywheel.resources import EnvResource, LoopResource, PolicyResource, StoreResource
 from flywheel.resources.fields import bounds_of
 from flywheel.rollout.engine import resume_rollouts
-from flywheel.rollout.replay import clean_successes
+from flywheel.rollout.replay import Cleaned, clean_successes
 
 # A failed rollouts step (generator OOM, a JVM that will not start, a killed worker thread)
 # is retried in the same run; it resumes from the episodes already in DuckDB.
@@ -171,7 +172,7 @@ def gated_dataset(context: dg.AssetExecutionContext, store: StoreResource, loop:
     }))
 
 
-def clean(candidates: list, envs: EnvResource, benchmark: str) -> dict:
+def clean(candidates: list[Trajectory], envs: EnvResource, benchmark: str) -> dict[str, Cleaned]:
     """traj_id -> `Cleaned` for each ok success of `candidates` (its cut replayed in the benchmark's env)."""
     successes = [t for t in candidates if t.status == "ok" and t.success]
     if not successes:
