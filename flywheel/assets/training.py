@@ -66,7 +66,12 @@ def gated_trajectories(db: Store, ids: list[str], *, drop_invalid_steps: bool) -
     trajs = db.load_trajectories(ids) if ids else []
     trajs = [without_invalid_steps(t) for t in trajs] if drop_invalid_steps else trajs
     cuts = db.kept_steps(ids)  # the gate's verified cuts (flywheel.core.cleaning), on the trajectory as it compared it
-    return [apply_cut(t, cuts[t.traj_id]) if t.traj_id in cuts else t for t in trajs]
+    for t in trajs:
+        if t.traj_id in cuts and cuts[t.traj_id][0] != len(t.steps):
+            raise ValueError(f"{t.traj_id}: the gate cut it as a trajectory of {cuts[t.traj_id][0]} steps, here it has "
+                             f"{len(t.steps)}: loop.gate_drops_invalid_steps changed since gated_dataset ran; set it "
+                             "back, or materialize gated_dataset again")
+    return [apply_cut(t, cuts[t.traj_id][1]) if t.traj_id in cuts else t for t in trajs]
 
 
 def training_set(

@@ -693,16 +693,16 @@ class Store:
             return []
         return [{**r, "kept": json.loads(r["kept"])} for r in df.iter_rows(named=True)]
 
-    def kept_steps(self, traj_ids: Sequence[str]) -> dict[str, list[int]]:
-        """traj_id -> the step indices the gate's cleaning kept, for the admitted ones that were cut."""
+    def kept_steps(self, traj_ids: Sequence[str]) -> dict[str, tuple[int, list[int]]]:
+        """traj_id -> (steps before, the step indices kept) of the gate's cleaning, for the admitted ones it cut."""
         if not traj_ids:
             return {}
         try:
-            df = self.query("SELECT traj_id, kept FROM gate_cleaning WHERE admitted AND outcome = 'cut' "
+            df = self.query("SELECT traj_id, steps_before, kept FROM gate_cleaning WHERE admitted AND outcome = 'cut' "
                             "AND traj_id IN (SELECT unnest(?))", [list(traj_ids)])
         except duckdb.CatalogException:
             return {}
-        return {r["traj_id"]: json.loads(r["kept"]) for r in df.iter_rows(named=True)}
+        return {r["traj_id"]: (r["steps_before"], json.loads(r["kept"])) for r in df.iter_rows(named=True)}
 
     # -- the exact training pairs of each checkpoint ----------------------------
     def write_training_examples(self, checkpoint_id: str, benchmark: str, iteration: int,
