@@ -19,7 +19,6 @@ import dagster as dg
 from envs.base import Task
 from flywheel.assets._common import metadata_table, progress_logger, rounded
 from flywheel.assets.training import gated_trajectories, sft_checkpoint
-from flywheel.config.validation import check_options
 from flywheel.core.cleaning import shortest_per_task
 from flywheel.core.gate import EMPTY_PROBLEM, dataset_problems, reward_gate, without_invalid_steps
 from flywheel.core.metrics import summarize
@@ -33,6 +32,7 @@ from flywheel.core.sampling import (
     teaching_weights,
 )
 from flywheel.core.trajectory import Trajectory
+from flywheel.core.validation import check_options
 from flywheel.orchestration.failures import fail_once, fails_once, mark_run_not_retryable
 from flywheel.orchestration.partitions import flywheel_partitions, keys_of
 from flywheel.resources import EnvResource, LoopResource, PolicyResource, StoreResource
