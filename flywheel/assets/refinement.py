@@ -104,7 +104,8 @@ def rollouts(
     return dg.MaterializeResult(metadata=rounded({
         "checkpoint_id": ckpt["checkpoint_id"], "episodes_total": len(jobs), "episodes_resumed": plan.resumed,
         "episodes_played": len(plan.todo),
-        "sampling": f"adaptive ({loop.sampling_rule})" if loop.adaptive_sampling and history else "uniform",
+        "sampling": "adaptive" if loop.adaptive_sampling and history else "uniform",
+        "sampling_rule": loop.sampling_rule if loop.adaptive_sampling else "none",
         "attempts_min": min(allocation.values(), default=0), "attempts_max": max(allocation.values(), default=0),
         "tasks_with_a_success": sum(1 for r in per_task if r["successes"]),
         "attempts_by_task": metadata_table(
