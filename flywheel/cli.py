@@ -44,7 +44,7 @@ def cmd_free_slots(args: argparse.Namespace) -> int:
 
 def _existing_store(args: argparse.Namespace) -> Path:
     """The store `report`/`export` read: never created here (a missing one is a one-line error)."""
-    from flywheel.config.validation import ConfigurationError
+    from flywheel.core.validation import ConfigurationError
 
     root = profile_of(args).runs_path
     candidates = [Path(args.runs_dir)] if args.runs_dir else [root / "demo", root]
@@ -62,8 +62,12 @@ def _existing_store(args: argparse.Namespace) -> Path:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from flywheel.core.store import Store
-    from flywheel.reports.dashboard import paper_table, report_table
+    from flywheel.reports.dashboard import all_benchmarks_table, report_table
 
+    if args.paper:  # the old name, accepted for one release
+        print("warning: report --paper is deprecated (accepted for one release): use report --all-benchmarks "
+              "(`flywheel paper` is the paper's tables from experiments' stores)", file=sys.stderr)
+        args.all_benchmarks = True
     path = _existing_store(args)
     store = Store.reader(path)  # read-only: the file's bytes never change
     print(f"store: {path}", file=sys.stderr)
@@ -71,17 +75,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.benchmark is None:  # the profile's benchmark: its first one that has evaluations
         ours = profile_of(args).benchmarks
         args.benchmark = next((b for b in ours if b in evaluated), ours[0])
-        if not args.paper:
+        if not args.all_benchmarks:
             print(f"benchmark: {args.benchmark} (the profile's; --benchmark picks another)", file=sys.stderr)
     if not evaluated:
         print(f"warning: {path} holds no evaluation yet: nothing to report (materialize evaluation first)",
               file=sys.stderr)
-    elif not args.paper and args.benchmark not in evaluated:
+    elif not args.all_benchmarks and args.benchmark not in evaluated:
         print(f"{args.benchmark}: no evaluation in {path}; it has: {', '.join(evaluated)} (use --benchmark)",
               file=sys.stderr)
         return 1
-    if args.paper:
-        print(paper_table(store, metric=args.metric))
+    if args.all_benchmarks:
+        print(all_benchmarks_table(store, metric=args.metric))
     else:
         print(report_table(store, args.benchmark))
     return 0
@@ -96,8 +100,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     preset = load_preset(args.preset)  # a bad preset: one line naming the fix, exit 2 (see main)
     runs = Path(args.runs_dir) if args.runs_dir else profile_of(args).runs_path / "experiments" / preset.name
     results = Path(args.results_dir) if args.results_dir else RESULTS_DIR / preset.name
-    from flywheel.config.validation import check_writable_dir
     from flywheel.core.store import check_store
+    from flywheel.core.validation import check_writable_dir
 
     check_writable_dir(runs, "--runs-dir")
     check_writable_dir(results, "--results-dir")
@@ -184,8 +188,8 @@ def cmd_paper(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from flywheel.config.validation import ConfigurationError, check_plain_name, check_writable_dir
     from flywheel.core.store import Store
+    from flywheel.core.validation import ConfigurationError, check_plain_name, check_writable_dir
     from flywheel.reports.export import export_store
 
     path = _existing_store(args)
@@ -360,9 +364,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--runs-dir", default=None,
                      help="folder of flywheel.duckdb (default: the profile's runs_dir/demo if it has a store, else runs_dir, where the UI "
                      "writes)")
-    rep.add_argument("--paper", action="store_true", help="all benchmarks in the paper's Table 1 layout")
+    rep.add_argument("--all-benchmarks", action="store_true",
+                     help="every benchmark's test splits side by side, one row per k (the paper's Table 1 layout)")
+    rep.add_argument("--paper", action="store_true",
+                     help="the old name of --all-benchmarks (accepted for one release; `flywheel paper` is another thing)")
     rep.add_argument("--metric", default="success_rate", choices=["success_rate", "avg_reward"],
-                     help="the number shown with --paper")
+                     help="the number shown with --all-benchmarks")
     rep.set_defaults(fn=cmd_report)
 
     resign = sub.add_parser("resign-arm", help="re-sign committed arm files (experiments/results/NAME/arms/ARM.json) "
@@ -413,7 +420,7 @@ def quiet_library_progress() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from envs.data import MissingDataError
-    from flywheel.config.validation import ConfigurationError
+    from flywheel.core.validation import ConfigurationError
     from flywheel.policy.models import ModelNotFoundError
 
     # Dagster's BetaWarning / PreviewWarning about APIs the definitions use on purpose (multi-partition

@@ -13,7 +13,10 @@ from pathlib import Path
 
 from envs import check_env_options, configure_spec, get_benchmark
 from flywheel.config.presets import PRESETS_DIR
-from flywheel.config.validation import (
+from flywheel.core.metrics import markdown_table
+from flywheel.core.quality import wilson_interval
+from flywheel.core.store import Store, check_store
+from flywheel.core.validation import (
     ConfigurationError,
     check_benchmark,
     check_data,
@@ -21,15 +24,12 @@ from flywheel.config.validation import (
     check_writable_dir,
     load_yaml,
 )
-from flywheel.core.metrics import markdown_table
-from flywheel.core.quality import wilson_interval
-from flywheel.core.store import Store, check_store
 from flywheel.drivers.demo_flags import DEMO_FIELDS, DEMO_OPTIONS
 from flywheel.drivers.experiment import resolve_model
 from flywheel.drivers.pipeline import GateBlocked, StageFailed, run_flywheel
 from flywheel.orchestration.slots import ready_instance
 from flywheel.policy.vllm_server import ServerPool
-from flywheel.profile import Profile, build_resources, model_folder, profile_of
+from flywheel.profile import Profile, model_folder, profile_of, resources_from_sections
 from flywheel.resources import EnvResource, LoopResource, TransformersPolicy
 from flywheel.resources.fields import bounds_of
 
@@ -121,9 +121,9 @@ def demo_resources(args: argparse.Namespace, server_pool=None) -> dict:
         sections.setdefault(section, {})[field] = settings[flag][0]
     if in_process:
         sections["policy"].setdefault("max_batch_size", settings["parallel_envs"][0])
-    return build_resources(sections, policy_backend=profile.policy_backend, where="demo",
-                           runs_dir=runs, model_path=args.model, iterations=profile.iterations,
-                           benchmark_refs=profile.benchmark_refs, server_pool=server_pool)
+    return resources_from_sections(sections, policy_backend=profile.policy_backend, where="demo",
+                                   runs_dir=runs, model_path=args.model, iterations=profile.iterations,
+                                   benchmark_refs=profile.benchmark_refs, server_pool=server_pool)
 
 
 def demo_spec(args: argparse.Namespace):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flywheel.cli import build_parser
-from flywheel.config.validation import ConfigurationError
+from flywheel.core.validation import ConfigurationError
 from flywheel.drivers.demo import demo_resources, demo_settings, validate_demo_args
 from flywheel.drivers.demo_flags import DEMO_FIELDS
 
