@@ -11,7 +11,7 @@ fields the method implies (an arm's own overrides still win):
 | bpo-stage1 | quaternions + long-short fusion | no synthesis, shuffled | sft, evaluation (k=0) |
 | bpo-stage2 | + synthetic curriculum, easy to hard | - | sft, evaluation (k=0) |
 | bpo-stage3 / bpo | + reward-gated self-refinement, k = 1..K | - | sft, rollouts+gate, evaluation (0..K) |
-| rft | rejection sampling on react-sft (no quaternions) | react-sft's, seed repeats kept | sft, rollouts+gate, evaluation (0..K) |
+| rft | rejection sampling on react-sft (no quaternions) | react-sft's, seed repeats kept, successes as played | sft, rollouts+gate, evaluation (0..K) |
 | eto-dpo | SFT, then DPO on (expert or success, failure) pairs | react-sft's | sft+eval k=0; rollouts k-1, pairs+DPO, eval (1..K) |
 | grpo | SFT, then multi-turn GRPO with the episode reward | react-sft's | sft+eval k=0; G rollouts of k-1 + update, eval (1..K) |
 | sft-control | the equal-compute control: k > 0 continues SFT on seeds + curriculum only, as many steps as the arm `method.controls` trained at k | replay none | sft, evaluation (0..K), no rollouts, no gate |
@@ -36,7 +36,7 @@ METHODS: dict[str, dict[str, Any]] = {
                    "plan": "sft"},
     "bpo-stage2": {"label": "BPO stage 2", "implies": {}, "plan": "sft"},
     "bpo-stage3": {"label": "BPO stage 3", "implies": {}, "plan": "flywheel"},
-    "rft": {"label": "RFT on ReAct SFT", "implies": {**REACT, "loop": {"gate_drops_seed_repeats": False}},
+    "rft": {"label": "RFT on ReAct SFT", "implies": {**REACT, "loop": {"gate_drops_seed_repeats": False, "clean_successes": False}},
             "plan": "flywheel"},
     "eto-dpo": {"label": "SFT + DPO (ETO)", "implies": REACT, "plan": "dpo"},
     "grpo": {"label": "SFT + GRPO", "implies": REACT, "plan": "grpo"},

@@ -140,6 +140,8 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
                             f"{c['mcnemar_p']:.3g}", "yes" if c["significant"] else "no", _reward_delta(c.get("reward"))]
                            for c in res["comparisons"]]), ""]
         flow = []
+        # Results computed before the gate's yield was recorded render as they were committed.
+        yields = any("yield_per_100_episodes" in (r.get("gate") or {}) for r in res["per_k"])
         for r in res["per_k"]:
             ck, ro, g = r.get("checkpoint", {}), r.get("rollouts"), r.get("gate")
             flow.append([
@@ -154,12 +156,15 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
                 f"{ro['episodes_per_min']:.1f}" if ro and ro.get("episodes_per_min") else "-",
                 g["new_unique_successes"] if g else "-", g["distinct_tasks"] if g else "-",
                 g["tasks_without_seed"] if g else "-", g["gated_total"] if g else "-",
-            ])
+            ] + ([f"{g['yield_per_100_episodes']:.1f}" if g and "yield_per_100_episodes" in g else "-",
+                  _cleaned(g.get("cleaning") if g else None)] if yields else []))
         parts += ["**The flywheel per iteration** (SFT of checkpoint k; its rollouts on the training tasks; the gate):", ""]
         parts += [_md(["k", "SFT examples", "SFT trajectories", "train loss", "SFT examples/s", "SFT steps",
                        "SFT tokens/s", "rollouts",
                        "rollout pass rate %", "train pass@n % (tasks)", "seed-task pass %", "non-seed-task pass %",
-                       "episodes/min", "gated new", "gated tasks", "gated tasks w/o seed", "gated total"], flow), ""]
+                       "episodes/min", "gated new", "gated tasks", "gated tasks w/o seed", "gated total"]
+                      + (["gate yield (new per 100 episodes)", "gated steps before -> after cleaning"] if yields else []),
+                      flow), ""]
         parts += render_behaviour(res)
         parts += render_answer_lengths(res)
         parts += [f"Seed tasks (teacher trajectories): {res['seed_tasks']}.", ""]
@@ -432,3 +437,10 @@ def render_committed(preset: Preset, results: Path) -> str:
     data = json.loads((results / "results.json").read_text())
     data["plots"] = [p for p in PLOTS if (results / p).exists()]
     return render_markdown(data, preset) + "\n"
+
+
+def _cleaned(cleaning: dict[str, int] | None) -> str:
+    """A gate's admitted steps before and after cleaning (loop.clean_successes), with the verified cuts."""
+    if not cleaning:
+        return "-"
+    return f"{cleaning['steps_before']} -> {cleaning['steps_after']} ({cleaning['cut']} cut)"

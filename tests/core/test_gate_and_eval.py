@@ -63,12 +63,13 @@ def materialize_gate_and_check(db, loop, policy):
 
     from flywheel.assets import refinement
     from flywheel.orchestration.partitions import flywheel_partitions, partition_key
-    from flywheel.resources import StoreResource
+    from flywheel.resources import EnvResource, StoreResource
 
     return dg.materialize(
         [refinement.gated_dataset, refinement.gated_dataset_check(flywheel_partitions)],
         partition_key=str(partition_key("scienceworld", 0)), instance=dg.DagsterInstance.ephemeral(),
-        resources={"store": StoreResource(path=str(db.path)), "loop": loop, "policy": policy}, raise_on_error=False)
+        resources={"store": StoreResource(path=str(db.path)), "loop": loop, "policy": policy, "envs": EnvResource()},
+        raise_on_error=False)
 
 
 def test_gate_drops_invalid_steps_before_it_compares_and_before_sft(tmp_path):

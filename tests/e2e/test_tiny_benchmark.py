@@ -35,7 +35,7 @@ envs: {{max_steps: 10}}
 policy: {{epochs: 1, max_train_steps: 1, batch_size: 2, samples_per_task: 1, parallel_envs: 2,
           history_window: 2, max_new_tokens: 8}}
 curriculum: {{max_proposals: 2}}
-loop: {{benchmarks: [{NAME}], iterations: 1}}
+loop: {{benchmarks: [{NAME}], iterations: 1, clean_successes: false}}  # the oracle's k+1 looks: cleaning would cut them
 """
 
 

@@ -1,17 +1,20 @@
-"""The reward gate's record: the trajectories each gate k let through, that it ran, and its blocking check's verdict."""
+"""The reward gate's record: the trajectories each gate k let through, that it ran, its blocking check's verdict,
+and what its cleaning cut of each success."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
+import duckdb
 import polars as pl
 
 from flywheel.core.store.store_connection import StoreConnection, encodable, utc_now
 
 
 class GateTables(StoreConnection):
-    """Gated trajectories, gate runs and gate checks."""
+    """Gated trajectories, gate runs, gate checks and gate cleaning."""
 
     def write_gated(
         self, benchmark: str, iteration: int, rows: list[tuple[str, str]], *, candidates: int = 0
@@ -83,6 +86,38 @@ class GateTables(StoreConnection):
         """Iterations whose gate has run, whether or not anything passed."""
         df = self.query("SELECT iteration FROM gate_runs WHERE benchmark = ? ORDER BY 1", [benchmark])
         return df["iteration"].to_list()
+
+    # -- cleaned successes: what the gate cut of each success (flywheel.core.cleaning) ----------------
+    def write_gate_cleaning(self, benchmark: str, iteration: int, rows: Sequence[dict[str, Any]]) -> None:
+        """Replace gate k's cleaning rows: traj_id, task_id, steps_before, steps_after, kept (the original's step
+        indices SFT trains on), outcome (unchanged / cut / rejected) and admitted (it passed the gate)."""
+        now = utc_now()
+        with self.transaction() as con:
+            con.execute("DELETE FROM gate_cleaning WHERE benchmark = ? AND iteration = ?", [benchmark, iteration])
+            for r in rows:
+                con.execute("INSERT INTO gate_cleaning VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            [benchmark, iteration, r["traj_id"], r["task_id"], r["steps_before"], r["steps_after"],
+                             json.dumps(list(r["kept"])), r["outcome"], bool(r["admitted"]), now])
+
+    def gate_cleaning(self, benchmark: str, iteration: int) -> list[dict[str, Any]]:
+        """Gate k's cleaning rows ([] for a gate that did not clean, or a store from before cleaning)."""
+        try:
+            df = self.query("SELECT traj_id, task_id, steps_before, steps_after, kept, outcome, admitted FROM gate_cleaning "
+                            "WHERE benchmark = ? AND iteration = ? ORDER BY traj_id", [benchmark, iteration])
+        except duckdb.CatalogException:  # a reader on a store written before the table existed
+            return []
+        return [{**r, "kept": json.loads(r["kept"])} for r in df.iter_rows(named=True)]
+
+    def kept_steps(self, traj_ids: Sequence[str]) -> dict[str, tuple[int, list[int]]]:
+        """traj_id -> (steps before, the step indices kept) of the gate's cleaning, for the admitted ones it cut."""
+        if not traj_ids:
+            return {}
+        try:
+            df = self.query("SELECT traj_id, steps_before, kept FROM gate_cleaning WHERE admitted AND outcome = 'cut' "
+                            "AND traj_id IN (SELECT unnest(?))", [list(traj_ids)])
+        except duckdb.CatalogException:
+            return {}
+        return {r["traj_id"]: (r["steps_before"], json.loads(r["kept"])) for r in df.iter_rows(named=True)}
 
     def gate_run(self, benchmark: str, iteration: int) -> dict[str, Any] | None:
         df = self.query("SELECT * FROM gate_runs WHERE benchmark = ? AND iteration = ?", [benchmark, iteration])

@@ -63,6 +63,10 @@ CREATE TABLE IF NOT EXISTS training_examples (
     checkpoint_id VARCHAR, position INTEGER, benchmark VARCHAR, iteration INTEGER, traj_id VARCHAR,
     task_id VARCHAR, t INTEGER, prompt JSON, completion JSON, kept BOOLEAN, created_at TIMESTAMP,
     PRIMARY KEY (checkpoint_id, position));
+CREATE TABLE IF NOT EXISTS gate_cleaning (
+    benchmark VARCHAR, iteration INTEGER, traj_id VARCHAR, task_id VARCHAR, steps_before INTEGER,
+    steps_after INTEGER, kept JSON, outcome VARCHAR, admitted BOOLEAN, created_at TIMESTAMP,
+    PRIMARY KEY (benchmark, iteration, traj_id));
 """
 
 
