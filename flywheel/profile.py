@@ -27,14 +27,16 @@ Every field is declared once, in its resource class; an unknown field fails befo
 naming the valid ones. Experiment presets (`flywheel/config/presets.py`) are profiles plus arms and
 build their resources with `resources_from_sections` below.
 
-Nothing here reads the environment: the code location (`flywheel.definitions.defs`) and the CLI
-are the only places that read `$FLYWHEEL_PROFILE`, once, when they start.
+Nothing here reads the environment at import: the code location (`flywheel.definitions.defs`) and a
+command (`profile_of`, when the CLI runs it) are the only places that read `$FLYWHEEL_PROFILE`, once, when
+they start.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +50,7 @@ from flywheel.core.settings import (
     DEFAULT_ITERATIONS,
     DEFAULT_LOOP_CRON,
     DEFAULT_RUNS_DIR,
-    PROFILE_ENV,  # noqa: F401  (re-exported: flywheel.profile.PROFILE_ENV)
+    PROFILE_ENV,
     REPO_ROOT,
     SMOLLM2_DIR,
 )
@@ -265,6 +267,14 @@ def load_profile(path: str | Path | None) -> Profile:
         return Profile()
     p = Path(path).expanduser()
     return profile_from_mapping(read_yaml(p), source=str(p))
+
+
+def profile_of(args: Any) -> Profile:
+    """The one configuration of a command (`args`: its parsed flags): --profile, else $FLYWHEEL_PROFILE (read
+    here, when the command runs), else the built-in defaults; resolved once and kept on `args.profile`."""
+    if not isinstance(args.profile, Profile):
+        args.profile = load_profile(args.profile if args.profile is not None else os.environ.get(PROFILE_ENV))
+    return args.profile
 
 
 # -- resources -------------------------------------------------------------------------------

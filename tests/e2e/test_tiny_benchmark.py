@@ -143,7 +143,8 @@ def test_flywheel_never_names_the_tiny_benchmark():
 def test_the_demo_cli_plays_a_benchmark_named_by_reference(tmp_path, tiny):
     """`flywheel --profile P demo --benchmark tinybench`: validation, the spec's tasks and the resources
     all see the profile's reference (nothing is trained here: the resources are built, not run)."""
-    from flywheel.cli import build_parser, demo_resources, validate_demo_args
+    from flywheel.cli import build_parser
+    from flywheel.drivers.demo import demo_resources, validate_demo_args
 
     path = write_profile(tmp_path, tiny)
     args = build_parser().parse_args(["--profile", str(path), "demo", "--benchmark", NAME, "--train-tasks", "2"])

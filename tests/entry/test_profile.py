@@ -124,11 +124,12 @@ def test_the_code_location_reads_flywheel_profile(tmp_path):
 
 
 def test_cli_commands_read_the_profile(tmp_path, capsys):
-    from flywheel.cli import build_parser, demo_resources, main, profile_of
+    from flywheel.cli import build_parser, main
+    from flywheel.drivers.demo import demo_profile, demo_resources
 
     path = write_profile(tmp_path)
     args = build_parser().parse_args(["--profile", str(path), "demo", "--benchmark", "webshop"])
-    profile_of(args)
+    demo_profile(args)
     assert args.runs_dir == str(tmp_path / "runs" / "demo") and args.model == str(tmp_path / "model")
     res = demo_resources(args)
     assert isinstance(res["policy"], ManagedVLLMPolicy) and isinstance(res["teacher"], OpenAITeacherResource)

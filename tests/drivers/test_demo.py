@@ -1,11 +1,13 @@
-"""The demo's command line builds the resources it documents (no run: that is `make demo`)."""
+"""The demo driver builds the resources its command line documents, and runs the chain with a tiny model."""
 
 from __future__ import annotations
 
 import pytest
 
-from flywheel.cli import build_parser, demo_resources, validate_demo_args
+from flywheel.cli import build_parser
 from flywheel.core.validation import ConfigurationError
+from flywheel.drivers.demo import demo_resources, demo_settings, validate_demo_args
+from flywheel.drivers.demo_flags import DEMO_FIELDS
 
 
 def test_demo_defaults_use_the_small_model_settings_on_scienceworld(tmp_path):
@@ -16,16 +18,12 @@ def test_demo_defaults_use_the_small_model_settings_on_scienceworld(tmp_path):
     assert envs.env_options == {"scienceworld": {"expert_path": "shortcut"}}
     assert envs.spec("scienceworld").system_prompt() != envs.spec("webshop").system_prompt()
     assert len(envs.spec("scienceworld").system_prompt()) < 1000  # the compact prompt
-    from flywheel.cli import DEMO_FIELDS
-
     assert envs.train_limit == DEMO_FIELDS["train_tasks"][2]
     assert res["policy"].max_train_steps == DEMO_FIELDS["max_train_steps"][2]
     assert res["store"].path == str(tmp_path / "flywheel.duckdb")
 
 
 def test_every_demo_flag_reaches_the_field_it_names(tmp_path):
-    from flywheel.cli import DEMO_FIELDS
-
     argv = ["demo", "--runs-dir", str(tmp_path)]
     expected = {}
     for flag, (section, field, default) in DEMO_FIELDS.items():
@@ -71,8 +69,6 @@ def _profile(tmp_path, text=PROFILE):
 def test_a_flag_given_beats_the_profile_which_beats_the_demo_default(tmp_path):
     """k=0 from the demo and k=1 launched from the UI with the same profile train alike: the profile's
     fields reach the demo unless a flag is given; only fields neither names take the demo's default."""
-    from flywheel.cli import DEMO_FIELDS, demo_settings
-
     argv = ["--profile", _profile(tmp_path), "demo", "--samples", "5", "--train-tasks", "6"]
     args = build_parser().parse_args(argv)
     res = demo_resources(args)
@@ -91,8 +87,6 @@ def test_a_flag_given_beats_the_profile_which_beats_the_demo_default(tmp_path):
 
 
 def test_the_demo_defaults_without_a_profile_are_the_table_s(tmp_path):
-    from flywheel.cli import DEMO_FIELDS, demo_settings
-
     args = build_parser().parse_args(["demo", "--runs-dir", str(tmp_path)])
     assert {flag: v for flag, (v, _) in demo_settings(args).items()} == {f: d for f, (_, _, d) in DEMO_FIELDS.items()}
     assert demo_resources(args)["policy"].stop_on_loop is True
@@ -104,7 +98,7 @@ def test_the_demo_defaults_without_a_profile_are_the_table_s(tmp_path):
 def test_model_tiny_is_built_for_the_demo_as_for_experiments(tmp_path, monkeypatch, capsys, where):
     """`--model tiny` (or the profile's `model: tiny`) is a tiny random Llama built under the demo's runs
     dir, as `flywheel experiment` builds it; the run itself is replaced here (the next test runs one)."""
-    import flywheel.drivers.pipeline
+    import flywheel.drivers.demo
     from flywheel.cli import main
 
     seen = {}
@@ -113,7 +107,7 @@ def test_model_tiny_is_built_for_the_demo_as_for_experiments(tmp_path, monkeypat
         seen["policy"] = resources["policy"]
         return []
 
-    monkeypatch.setattr(flywheel.drivers.pipeline, "run_flywheel", fake_run_flywheel)
+    monkeypatch.setattr(flywheel.drivers.demo, "run_flywheel", fake_run_flywheel)
     runs = tmp_path / "demo-runs"
     argv = ["demo", "--runs-dir", str(runs)] + (["--model", "tiny"] if where == "flag" else [])
     if where == "profile":
@@ -175,13 +169,13 @@ def test_the_demo_s_profile_gives_the_ui_the_demo_s_resources_and_jobs(tmp_path,
     import dagster as dg
 
     import flywheel.definitions
-    from flywheel.cli import DEMO_PROFILE, demo_profile
     from flywheel.definitions import build_defs
+    from flywheel.drivers.demo import DEMO_PROFILE, demo_run_profile
 
     runs = tmp_path / "demo-runs"
     args = build_parser().parse_args(["--profile", _profile(tmp_path), "demo", "--runs-dir", str(runs),
                                       "--iterations", "2", "--eval-tasks", "4"])
-    demo = demo_profile(args)
+    demo = demo_run_profile(args)
     path = runs / DEMO_PROFILE
     path.parent.mkdir(parents=True)
     path.write_text(demo.to_yaml())
