@@ -36,6 +36,9 @@ from flywheel.profile import Profile, model_folder, profile_of
 from flywheel.resources import EnvResource, LoopResource, TransformersPolicy
 from flywheel.resources.fields import bounds_of
 
+# Dagster's console level in the demo: its warnings only; each stage then prints one line per asset and check
+# (`stage_lines`), and every progress line stays in the run's log in the UI.
+DEMO_LOG_LEVEL = "WARNING"
 DEMO_PROFILE = "profile.yaml"  # the demo's own profile, beside its store: `make ui` loads runs/demo/profile.yaml
 
 
@@ -220,7 +223,7 @@ def run_demo(args: argparse.Namespace) -> int:
     stopped, code, empty_gates = None, 0, []
     try:
         empty_gates = run_flywheel(args.benchmark, resources=resources, iterations=args.iterations,
-                                   instance=ready_instance(), profile=demo)
+                                   instance=ready_instance(), profile=demo, log_level=DEMO_LOG_LEVEL)
     except GateBlocked as exc:  # nothing passed the reward gate: a measured result, reported as such
         stopped = f"{exc} (no successful trajectory to refine on; the sensor would stop here too)"
     except StageFailed as exc:  # the cause is the last line; exit 2 when no rerun can fix it as it is
@@ -228,7 +231,8 @@ def run_demo(args: argparse.Namespace) -> int:
     finally:
         pool.stop_all()
     if code != 2:  # the dashboard of what was evaluated, also after an empty gate or a stage that a rerun can fix
-        materialize_dashboard(args.benchmark, resources=resources, instance=command_instance(), profile=demo)
+        materialize_dashboard(args.benchmark, resources=resources, instance=command_instance(), profile=demo,
+                              log_level=DEMO_LOG_LEVEL)
     minutes = (time.monotonic() - started) / 60
     store = Path(args.runs_dir) / "flywheel.duckdb"
     print(f"\n## {args.benchmark}: success of checkpoint k=0 (SFT on seeds) vs k={args.iterations} "
