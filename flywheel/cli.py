@@ -307,15 +307,13 @@ def closing_table(path: Path, benchmark: str) -> str:
 
 def demo_table(store, benchmark: str) -> str:
     """Every evaluated checkpoint and split: success % [95% Wilson interval] (successes/n), reward, steps."""
-    from flywheel.core.metrics import markdown_table
-    from flywheel.core.quality import wilson_interval
+    from flywheel.core.metrics import markdown_table, success_cell
+    from flywheel.core.quality import rate
 
     rows = []
     for r in store.evaluation_rows(benchmark):
         n = int(r["episodes"] or 0)
-        wins = round((r["success_rate"] or 0.0) * n)
-        lo, hi = wilson_interval(wins, n)
-        success = f"{100 * wins / n:.1f} [{100 * lo:.1f}, {100 * hi:.1f}] ({wins}/{n})" if n else "- (0/0)"
+        success = success_cell(rate(round((r["success_rate"] or 0.0) * n), n)) if n else "- (0/0)"
         rows.append({"checkpoint": f"k={r['iteration']}", "split": r["split"], "n": n,
                      "success % [95% CI] (s/n)": success, "avg reward": r["avg_reward"],
                      "mean steps": r["mean_steps"], "invalid actions": r["invalid_action_rate"],

@@ -14,6 +14,7 @@ from typing import Any
 
 import dagster as dg
 
+from flywheel.core.metrics import md_table
 from flywheel.core.settings import REPO_ROOT
 from flywheel.resources import (
     CurriculumResource,
@@ -71,7 +72,7 @@ def shown_default(info: Any) -> str:
 
 def option_table(cls: type, inherited: type | None = None) -> str:
     """field | default | meaning, for every configurable field of `cls` (minus those `inherited` lists)."""
-    rows = ["| field | default | meaning |", "|---|---|---|"]
+    rows = []
     skip = set(inherited.model_fields) if inherited else set()
     for name, info in cls.model_fields.items():
         if name in skip or name == "server_pool":  # server_pool: the driver's live pool, not configuration
@@ -80,8 +81,8 @@ def option_table(cls: type, inherited: type | None = None) -> str:
         meaning = (info.description or "").replace("|", "\\|")
         if extra.get("bound") is not None:
             meaning += f" ({extra['bound'].describe()})"
-        rows.append(f"| `{name}` | {shown_default(info)} | {meaning} |")
-    return "\n".join(rows) + "\n"
+        rows.append([f"`{name}`", shown_default(info), meaning])
+    return md_table(["field", "default", "meaning"], rows) + "\n"
 
 
 def render(text: str) -> str:

@@ -27,7 +27,14 @@ import envs
 from flywheel.config.methods import METHODS
 from flywheel.config.presets import RESULTS_DIR, Preset, load_preset
 from flywheel.config.validation import ConfigurationError
-from flywheel.core.metrics import PRIMARY_METRICS, ResultColumn, display_name, result_columns
+from flywheel.core.metrics import (
+    PRIMARY_METRICS,
+    ResultColumn,
+    display_name,
+    md_table,
+    result_columns,
+    success_cell,
+)
 from flywheel.core.provenance import read_arm
 from flywheel.core.quality import BOOT, arm_checkpoints, paired_difference, rate
 from flywheel.core.settings import DEFAULT_RUNS_DIR
@@ -78,16 +85,6 @@ def collect(presets: list[tuple[Preset, Path]], committed: Path | None = RESULTS
 
 
 # -- tables ----------------------------------------------------------------------------------
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}"
-
-
-def _rate_cell(r: dict[str, Any] | None) -> str:
-    if not r or not r["n"]:
-        return "-"
-    return f"{_pct(r['rate'])} [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}] (n={r['n']})"
-
-
 def _mean_cell(r: dict[str, Any] | None, scale: float = 1.0, digits: int = 3) -> str:
     if not r or r["value"] is None:
         return "-"
@@ -99,11 +96,6 @@ def _diff_cell(d: dict[str, Any] | None) -> str:
         return "-"
     return (f"{100 * d['delta']:+.1f} [{100 * d['ci_low']:+.1f}, {100 * d['ci_high']:+.1f}] (n={d['n']}, "
             f"+{d['gained']}/-{d['lost']}, p={d['mcnemar_p']:.2g})")
-
-
-def _md(header: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])
 
 
 def _label(arm: dict[str, Any], k: int | None = None, *, with_arm: bool = False) -> str:
@@ -128,7 +120,7 @@ def _paired(new: dict[str, Any] | None, old: dict[str, Any] | None) -> dict[str,
 
 
 # A split's cell in a benchmark's primary metric (see PRIMARY_METRICS).
-_METRIC_CELLS = {"success_rate": lambda s: _rate_cell(s["success"]), "avg_reward": lambda s: _mean_cell(s["reward"])}
+_METRIC_CELLS = {"success_rate": lambda s: success_cell(s["success"], counts=False), "avg_reward": lambda s: _mean_cell(s["reward"])}
 
 
 def _table1_columns() -> list[tuple[ResultColumn, str]]:
@@ -223,7 +215,7 @@ def table2(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[s
             rows_ck.append((f"+ stage 3, k={k}{tag}", a["checkpoints"][k], prev))
             prev = a["checkpoints"][k]
     splits = _splits([a for a in data["arms"] if a["benchmark"] == benchmark])
-    rows = [[name] + [_rate_cell(ck["splits"].get(s, {}).get("success")) for s in splits]
+    rows = [[name] + [success_cell(ck["splits"].get(s, {}).get("success"), counts=False) for s in splits]
             + [_diff_cell(_paired(ck, before))] for name, ck, before in rows_ck]
     return (["row"] + [f"{s} success % [95% CI]" for s in splits]
             + ["vs the stage before, pts (paired, all splits)"], rows)
@@ -244,7 +236,7 @@ def table4(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[s
         for a in _arms(data, method, benchmark=benchmark):
             ck = _final(a)
             rows.append([f"{name}" + ("" if a["arm"] == method else f" (`{a['arm']}`)") + f", k={ck['k']}"]
-                        + [_rate_cell(ck["splits"].get(s, {}).get("success")) for s in splits]
+                        + [success_cell(ck["splits"].get(s, {}).get("success"), counts=False) for s in splits]
                         + [_diff_cell(_paired(ck, sft_ck)) if a is not sft else "-"])
     header_sft = f"vs SFT (`{sft['arm']}`)" if sft else "vs SFT"
     return ["method"] + [f"{s} success % [95% CI]" for s in splits] + [f"{header_sft}, pts (paired, all splits)"], rows
@@ -272,7 +264,7 @@ def table5(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[s
             if v:
                 rows.append([_label(a, 0), mode, s, _mean_cell(v["prompt_tokens_per_step"], digits=0),
                              _mean_cell(v["tokens_per_step"], digits=0), _mean_cell(v["mean_steps"], digits=2),
-                             _rate_cell(v["success"])])
+                             success_cell(v["success"], counts=False)])
     return ["method", "prompt", "split", "prompt tokens/step [95% CI] (n episodes)", "tokens/step [95% CI]",
             "steps/episode", "success % [95% CI]"], rows
 
@@ -358,24 +350,24 @@ def render(data: dict[str, Any], presets: list[Preset]) -> str:
              "differences in points, paired over the same tasks (bootstrap interval, tasks gained/lost, exact "
              "McNemar p).", ""]
     h, r = table1(data)
-    parts += ["## Table 1: main results (last checkpoint of each method)", "", _md(h, r), ""]
+    parts += ["## Table 1: main results (last checkpoint of each method)", "", md_table(h, r), ""]
     for b in benches:
         h, r = table2(data, b)
-        parts += [f"## Table 2: stage ablation ({b})", "", _md(h, r) if r else "No ablation arms were run.", ""]
+        parts += [f"## Table 2: stage ablation ({b})", "", md_table(h, r) if r else "No ablation arms were run.", ""]
     h, r = table4(data, table4_bench)
     parts += [f"## Table 4: SFT vs SFT+DPO vs SFT+GRPO vs BPO ({table4_bench})", ""]
     if table4_bench != envs.DEFAULT_BENCHMARK:
         parts += [f"(No {_display(envs.DEFAULT_BENCHMARK)} experiment given: shown on this benchmark.)", ""]
-    parts += [_md(h, r) if r else "No SFT/DPO/GRPO/BPO arms were run.", ""]
+    parts += [md_table(h, r) if r else "No SFT/DPO/GRPO/BPO arms were run.", ""]
     for b in benches:
         h, r = table5(data, b)
         parts += [f"## Table 5: fused vs full-history long thoughts ({b}, k=0: same expert data, only the prompt "
-                  "differs)", "", _md(h, r) if r else "No k=0 SFT arms were run.", ""]
+                  "differs)", "", md_table(h, r) if r else "No k=0 SFT arms were run.", ""]
     for b in benches:
         rows = data["fig2"].get(b, [])
         parts += [f"## Fig. 2: success by complexity bucket ({b}; gold path length)", ""]
-        parts += [_md(["method", "bucket", "gold steps", "success % [95% CI]"],
-                      [[x["label"], x["bucket"], x["gold_steps"], _rate_cell(x)] for x in rows]) if rows
+        parts += [md_table(["method", "bucket", "gold steps", "success % [95% CI]"],
+                      [[x["label"], x["bucket"], x["gold_steps"], success_cell(x, counts=False)] for x in rows]) if rows
                   else "No bucketed evaluation yet.", ""]
         if data["figures"].get(b):
             parts += [f"![Fig. 2]({data['figures'][b]})", ""]
