@@ -34,18 +34,10 @@ from flywheel.resources.ray_cluster import RayConfig
 DOC = REPO_ROOT / "docs" / "configuration.md"
 # class name -> (class, the class whose fields it inherits and whose table already lists them)
 CLASSES: dict[str, tuple[type, type | None]] = {
-    "EnvResource": (EnvResource, None),
-    "PolicyResource": (PolicyResource, None),
-    "TransformersPolicy": (TransformersPolicy, PolicyResource),
-    "ManagedVLLMPolicy": (ManagedVLLMPolicy, PolicyResource),
-    "OpenAICompatiblePolicy": (OpenAICompatiblePolicy, PolicyResource),
-    "RayConfig": (RayConfig, None),
-    "LoopResource": (LoopResource, None),
-    "CurriculumResource": (CurriculumResource, None),
-    "MethodResource": (MethodResource, None),
-    "ScriptedTeacherResource": (ScriptedTeacherResource, None),
-    "OpenAITeacherResource": (OpenAITeacherResource, None),
-    "StoreResource": (StoreResource, None),
+    cls.__name__: (cls, PolicyResource if issubclass(cls, PolicyResource) and cls is not PolicyResource else None)
+    for cls in (EnvResource, PolicyResource, TransformersPolicy, ManagedVLLMPolicy, OpenAICompatiblePolicy, RayConfig,
+                LoopResource, CurriculumResource, MethodResource, ScriptedTeacherResource, OpenAITeacherResource,
+                StoreResource)
 }
 BLOCK = re.compile(r"(<!-- options: (\w+) -->\n)(.*?)(<!-- /options -->)", re.S)
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import envs
-from flywheel.config.methods import METHODS
+from flywheel.config.methods import METHODS, placed
 from flywheel.config.presets import RESULTS_DIR, Preset, load_preset
 from flywheel.config.validation import ConfigurationError
 from flywheel.core.metrics import (
@@ -99,7 +99,7 @@ def _diff_cell(d: dict[str, Any] | None) -> str:
 
 
 def _label(arm: dict[str, Any], k: int | None = None, *, with_arm: bool = False) -> str:
-    label = METHODS[arm["method"]]["label"]
+    label = METHODS[arm["method"]].label
     if with_arm or arm["arm"] not in (arm["method"], label):
         label += f" (`{arm['arm']}`)"
     return label + (f", k={k}" if k is not None else "")
@@ -198,21 +198,26 @@ def table2(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[s
     """Base, + stage 1, + stage 2: each against the row before. Stage 3 (k = 1..K), per run: each k against
     that run's k-1, from the k=0 it continued from (a replicate that retrained its k=0 gets a stage-2 row)."""
     rows_ck: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = []
-    prev = before_stage2 = None
-    for method, name in (("base", "base"), ("bpo-stage1", "+ stage 1"), ("bpo-stage2", "+ stage 2")):
-        if method == "bpo-stage2":  # a replicate's own k=0 is compared with the stage before stage 2
-            before_stage2 = prev
-        for a in _arms(data, method, benchmark=benchmark):
+    refining = [m.name for m in placed(lambda p: p.ablation and p.ablation_per_k)]
+    first = min((METHODS[m].paper.row for m in refining), default=None)
+    stages = placed(lambda p: p.ablation and not p.ablation_per_k)
+    # The k=0 stage the per-k rows continue from: the last one before them (stage 2).
+    start = ([m for m in stages if first is None or m.paper.row < first] or stages or [None])[-1]
+    prev = before_start = None
+    for m in stages:
+        if m is start:  # a replicate's own k=0 is compared with the stage before the one it continues from
+            before_start = prev
+        for a in _arms(data, m.name, benchmark=benchmark):
             ck = _final(a)
-            rows_ck.append((name + ("" if a["arm"] == method else f" (`{a['arm']}`)"), ck, prev))
+            rows_ck.append((m.paper.ablation + ("" if a["arm"] == m.name else f" (`{a['arm']}`)"), ck, prev))
             prev = ck
-    for a in _arms(data, "bpo-stage3", "bpo", benchmark=benchmark):
-        tag = "" if a["arm"] in ("bpo-stage3", "bpo") else f" (`{a['arm']}`)"
+    for a in _arms(data, *refining, benchmark=benchmark):
+        tag = "" if a["arm"] in refining else f" (`{a['arm']}`)"
         prev = _start(data, a)
-        if 0 in a["checkpoints"]:
-            rows_ck.append((f"+ stage 2{tag}, its own k=0", a["checkpoints"][0], before_stage2))
+        if 0 in a["checkpoints"] and start is not None:
+            rows_ck.append((f"{start.paper.ablation}{tag}, its own k=0", a["checkpoints"][0], before_start))
         for k in sorted(k for k in a["checkpoints"] if k >= 1):
-            rows_ck.append((f"+ stage 3, k={k}{tag}", a["checkpoints"][k], prev))
+            rows_ck.append((f"{METHODS[a['method']].paper.ablation}, k={k}{tag}", a["checkpoints"][k], prev))
             prev = a["checkpoints"][k]
     splits = _splits([a for a in data["arms"] if a["benchmark"] == benchmark])
     rows = [[name] + [success_cell(ck["splits"].get(s, {}).get("success"), counts=False) for s in splits]
@@ -224,18 +229,19 @@ def table2(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[s
 def table4(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[str]]]:
     """Each method against one ReAct SFT: the one the DPO, GRPO and RFT arms continued from when they share
     one (their paired difference is then their own gain), else the arm `react-sft`."""
-    sfts = _arms(data, "react-sft", benchmark=benchmark)
-    starts = {_root_start(data, a) for a in _arms(data, "eto-dpo", "grpo", "rft", benchmark=benchmark)}
-    sft = next((a for a in sfts if len(starts) == 1 and a["arm"] in starts), None) or _primary(sfts, "react-sft")
+    reference = [m.name for m in placed(lambda p: p.reference)]
+    sfts = _arms(data, *reference, benchmark=benchmark)
+    continuing = [m.name for m in placed(lambda p: p.continues_reference)]
+    starts = {_root_start(data, a) for a in _arms(data, *continuing, benchmark=benchmark)}
+    sft = (next((a for a in sfts if len(starts) == 1 and a["arm"] in starts), None)
+           or _primary(sfts, reference[0] if reference else ""))
     sft_ck = _final(sft) if sft else None
-    rows_arm = [("SFT (ReAct)", "react-sft"), ("SFT + DPO (ETO)", "eto-dpo"), ("SFT + GRPO", "grpo"),
-                ("BPO (stage 3)", "bpo-stage3"), ("BPO", "bpo")]
     splits = _splits([a for a in data["arms"] if a["benchmark"] == benchmark])
     rows = []
-    for name, method in rows_arm:
-        for a in _arms(data, method, benchmark=benchmark):
+    for m in placed(lambda p: p.comparison):
+        for a in _arms(data, m.name, benchmark=benchmark):
             ck = _final(a)
-            rows.append([f"{name}" + ("" if a["arm"] == method else f" (`{a['arm']}`)") + f", k={ck['k']}"]
+            rows.append([f"{m.paper.comparison}" + ("" if a["arm"] == m.name else f" (`{a['arm']}`)") + f", k={ck['k']}"]
                         + [success_cell(ck["splits"].get(s, {}).get("success"), counts=False) for s in splits]
                         + [_diff_cell(_paired(ck, sft_ck)) if a is not sft else "-"])
     header_sft = f"vs SFT (`{sft['arm']}`)" if sft else "vs SFT"
@@ -245,11 +251,14 @@ def table4(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[s
 def table5(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[str]]]:
     # The fused k=0 is bpo-stage1's (the same expert data as react-sft); without that arm, bpo-stage2's (the
     # same prompt shape with stage 2's synthetic tasks added: the mode column says so).
-    fused = _arms(data, "bpo-stage1", benchmark=benchmark) or _arms(data, "bpo-stage2", benchmark=benchmark)
-    pick = fused + _arms(data, "react-sft", benchmark=benchmark)
+    def shaped(shape: str) -> list[dict[str, Any]]:
+        return _arms(data, *[m.name for m in placed(lambda p: p.prompt_shape == shape)], benchmark=benchmark)
+
+    fused = shaped("fused") or shaped("fused, else")
+    pick = fused + shaped("react")
     if not pick:  # any k=0 SFT of either prompt shape
         pick = [a for a in data["arms"] if a["benchmark"] == benchmark and 0 in a["checkpoints"]
-                and a["method"] != "base"]
+                and METHODS[a["method"]].trains]
     splits = _splits(pick)
     rows = []
     for a in pick:
@@ -257,8 +266,7 @@ def table5(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[s
             continue
         ck = a["checkpoints"][0]
         mode = "fused (plan + action history)" if a["history_mode"] == "fused" else "full history (ReAct, long thoughts)"
-        if a["method"] == "bpo-stage2":
-            mode += ", with stage 2's synthetic tasks"
+        mode += METHODS[a["method"]].paper.prompt_note
         for s in splits:
             v = ck["splits"].get(s)
             if v:
