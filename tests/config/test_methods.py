@@ -52,11 +52,15 @@ def test_a_registered_method_is_planned_and_configured(tinymethod, tmp_path):
     assert preset.arm_sections("mine-b4")["policy"]["batch_size"] == 4  # the arm's own wins
 
 
-def test_a_method_that_is_not_a_control_refuses_controls(tinymethod, tmp_path):
+def test_controls_belong_to_a_method_that_trains_equal_steps(tinymethod, tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump({"name": "p", "benchmark": "webshop", "iterations": 1, "model": "tiny", "arms": {
         "bpo": {"method": "bpo"}, "mine": {"method": {"name": NAME, "controls": "bpo"}}}}))
     with pytest.raises(ConfigurationError, match=r"method.controls is for .*sft-control.*bpo-k-only does not"):
+        load_preset(str(path))
+    path.write_text(yaml.safe_dump({"name": "p", "benchmark": "webshop", "iterations": 1, "model": "tiny", "arms": {
+        "bpo": {"method": "bpo"}, "control": {"method": "sft-control"}}}))
+    with pytest.raises(ConfigurationError, match=r"'control' \(method sft-control\) needs method.controls"):
         load_preset(str(path))
 
 
