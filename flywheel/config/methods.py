@@ -30,7 +30,7 @@ from typing import Any
 from flywheel.orchestration.partitions import partition_key
 
 # (stage, partition key or None for the benchmark partition, asset selection)
-Stage = tuple[str, "str | None", list[str]]
+Stage = tuple[str, str | None, list[str]]
 # A method's plan: (the partition key of k, K, evaluate_start) -> its stages in order.
 Plan = Callable[[Callable[[int], str], int, bool], list[Stage]]
 

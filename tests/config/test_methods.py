@@ -8,8 +8,9 @@ from flywheel.config import methods
 from flywheel.config.methods import METHODS, job_for, method_stages, register
 from flywheel.config.presets import load_preset
 from flywheel.config.validation import ConfigurationError
-from flywheel.core import quality
 from flywheel.reports import paper
+from tests.helpers import paper_arm as _arm
+from tests.helpers import paper_checkpoint as _ck
 from tests.tinymethod import METHOD, NAME
 
 
@@ -19,16 +20,6 @@ def tinymethod():
     yield METHOD
     methods.unregister(NAME)
     assert NAME not in METHODS
-
-
-def _ck(k: int, wins: int, n: int = 10) -> dict:
-    return {"k": k, "splits": {"unseen": {"success": quality.rate(wins, n),
-                                          "outcomes": {f"t{i}": i < wins for i in range(n)}}}}
-
-
-def _arm(arm: str, method: str, checkpoints: dict, start_from: str | None = None) -> dict:
-    return {"preset": "p", "arm": arm, "benchmark": "scienceworld", "method": method, "history_mode": "fused",
-            "start_from": start_from, "checkpoints": checkpoints}
 
 
 def test_a_registered_method_is_planned_and_configured(tinymethod, tmp_path):
