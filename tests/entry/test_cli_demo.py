@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from flywheel.cli import build_parser, demo_resources, validate_demo_args
+from flywheel.cli import build_parser, demo_resources, demo_table, validate_demo_args
 from flywheel.config.validation import ConfigurationError
+from flywheel.core.store import Store
 
 
 def test_demo_defaults_use_the_small_model_settings_on_scienceworld(tmp_path):
@@ -129,7 +130,6 @@ def test_the_demo_honours_continue_on_empty_gate(tmp_path, capsys):
     """The tiny model's gate is empty (it solves nothing): with the profile's `loop.continue_on_empty_gate`
     the demo trains and evaluates k=1 anyway and says so; its table has n and Wilson intervals."""
     from flywheel.cli import main
-    from flywheel.core.store import Store
     from flywheel.policy.models import build_tiny_model
 
     tiny = str(build_tiny_model(tmp_path / "tiny", vocab_size=400))
@@ -144,3 +144,17 @@ def test_the_demo_honours_continue_on_empty_gate(tmp_path, capsys):
     assert sorted({r["iteration"] for r in Store(runs / "flywheel.duckdb").evaluation_rows("webshop")}) == [0, 1]
     assert "empty reward gate(s), trained on anyway (loop.continue_on_empty_gate)" in out
     assert "| k=1 | unseen | 1 | 0.0 [0.0, 79.3] (0/1) |" in out
+
+
+def test_the_demo_table_writes_success_as_every_report_does(tmp_path):
+    """`flywheel report`'s table: success % [95% Wilson] (s/n) from the store, "- (0/0)" where no episode counted."""
+    db = Store(tmp_path / "s.duckdb")
+    for split, episodes, rate in (("seen", 3, 1 / 3), ("unseen", 0, 0.0)):
+        db.write_evaluation({"benchmark": "webshop", "iteration": 1, "split": split, "checkpoint_id": "c",
+                             "episodes": episodes, "errored": 0, "success_rate": rate, "avg_reward": 0.5,
+                             "mean_steps": 2.0, "tokens_per_step": 1.0, "prompt_tokens_per_step": 1.0,
+                             "invalid_action_rate": 0.0})
+    lines = demo_table(db, "webshop").splitlines()
+    assert lines[0].startswith("| checkpoint | split | n | success % [95% CI] (s/n) |")
+    assert lines[2].startswith("| k=1 | seen | 3 | 33.3 [6.1, 79.2] (1/3) | 0.500 |")
+    assert lines[3].startswith("| k=1 | unseen | 0 | - (0/0) |")
