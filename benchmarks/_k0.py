@@ -17,12 +17,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import dagster as dg  # noqa: E402
 
 from flywheel.assets.training import training_set  # noqa: E402
-from flywheel.config.methods import method_stages  # noqa: E402
-from flywheel.config.presets import build_resources, load_preset  # noqa: E402
+from flywheel.config.presets import arm_resources, load_preset  # noqa: E402
 from flywheel.curriculum.order import grade  # noqa: E402
 from flywheel.definitions import build_defs  # noqa: E402
 from flywheel.drivers.experiment import resolve_model  # noqa: E402
 from flywheel.drivers.pipeline import run_stage  # noqa: E402
+from flywheel.orchestration.methods import method_stages  # noqa: E402
 from flywheel.policy.sft import TrainConfig, sft_examples  # noqa: E402
 from flywheel.profile import Profile  # noqa: E402
 
@@ -44,7 +44,7 @@ def k0_set(preset_name: str, arm: str | None = None, *, model_dir: Path | None =
     with tempfile.TemporaryDirectory(prefix="k0-set-") as tmp:
         arm_dir = Path(tmp) / arm
         model = resolve_model(preset.model, model_dir or Path(tmp))
-        res = build_resources(preset, arm, arm_dir, model_path=model)
+        res = arm_resources(preset, arm, arm_dir, model_path=model)
         defs = build_defs(res, profile=Profile(benchmarks=(preset.benchmark,), iterations=preset.max_partition))
         [(_, key, selection)] = [s for s in method_stages(preset.benchmark, preset.iterations, preset.method(arm))
                                  if s[0] == "bootstrap"]

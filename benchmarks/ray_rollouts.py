@@ -24,8 +24,8 @@ from flywheel.core.prompting import PromptShape
 from flywheel.core.settings import SMOLLM2_DIR
 from flywheel.policy.inference import TransformersGenerator
 from flywheel.policy.models import build_tiny_model
+from flywheel.policy.ray_session import RayOptions
 from flywheel.rollout.engine import RolloutConfig, run_rollouts
-from flywheel.rollout.ray_pool import RayOptions
 
 
 class TimedGenerator:

@@ -99,7 +99,7 @@ def demo_settings(args: argparse.Namespace) -> dict[str, tuple[object, str]]:
 def validate_demo_args(args: argparse.Namespace) -> None:
     """Every numeric option within its bound and every benchmark option one the benchmark takes,
     before any work (ConfigurationError names the flag or the valid options)."""
-    from flywheel.config.validation import check_benchmark, check_options, check_writable_dir
+    from flywheel.core.validation import check_benchmark, check_options, check_writable_dir
 
     check_benchmark(args.benchmark, where="--benchmark", refs=profile_of(args).benchmark_refs)
     check_writable_dir(Path(args.runs_dir), "--runs-dir")
@@ -151,7 +151,7 @@ def demo_resources(args: argparse.Namespace, server_pool=None) -> dict:
     demo's settings (`demo_settings`: a flag given, else the profile's field, else the demo's default)
     and its own store and checkpoints under --runs-dir; `server_pool` keeps vLLM servers warm across the
     demo's runs (`policy.keep_server`)."""
-    from flywheel.profile import build_resources
+    from flywheel.profile import resources_from_sections
 
     profile = profile_of(args)
     runs = Path(args.runs_dir)
@@ -173,7 +173,7 @@ def demo_resources(args: argparse.Namespace, server_pool=None) -> dict:
         sections.setdefault(section, {})[field] = settings[flag][0]
     if in_process:
         sections["policy"].setdefault("max_batch_size", settings["parallel_envs"][0])
-    return build_resources(sections, policy_backend=profile.policy_backend, where="demo",
+    return resources_from_sections(sections, policy_backend=profile.policy_backend, where="demo",
                            runs_dir=runs, model_path=args.model, iterations=profile.iterations,
                            benchmark_refs=profile.benchmark_refs, server_pool=server_pool)
 
@@ -204,7 +204,7 @@ def demo_options(args: argparse.Namespace, spec) -> tuple[dict, dict]:
     option the benchmark does not take is a ConfigurationError that lists the ones it does.
     """
     from envs import check_env_options, configure_spec
-    from flywheel.config.validation import ConfigurationError
+    from flywheel.core.validation import ConfigurationError
 
     envs = profile_of(args).sections.get("envs", {})
     spec_options = {**getattr(spec, "demo_spec_options", {}), **envs.get("spec_options", {}).get(args.benchmark, {}),
@@ -227,7 +227,7 @@ def _key_values(items: list[str] | None, flag: str) -> dict:
     """KEY=VALUE pairs; a VALUE that reads as JSON (5, 0.5, true, null) is that value, else the string."""
     import json
 
-    from flywheel.config.validation import ConfigurationError
+    from flywheel.core.validation import ConfigurationError
 
     options = {}
     for item in items or ():
@@ -243,8 +243,8 @@ def _key_values(items: list[str] | None, flag: str) -> dict:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     validate_demo_args(args)  # first: before Dagster is even imported
-    from flywheel.config.validation import check_data
     from flywheel.core.store import check_store
+    from flywheel.core.validation import check_data
     from flywheel.drivers.experiment import resolve_model
     from flywheel.drivers.pipeline import GateBlocked, StageFailed, run_flywheel
     from flywheel.policy.vllm_server import ServerPool
@@ -326,7 +326,7 @@ def demo_table(store, benchmark: str) -> str:
 def experiment_command(benchmark: str) -> str:
     """`make experiment PRESET=...` for a preset of this benchmark (experiments/*.yaml), `cpu-<benchmark>` first."""
     from flywheel.config.presets import PRESETS_DIR
-    from flywheel.config.validation import ConfigurationError, load_yaml
+    from flywheel.core.validation import ConfigurationError, load_yaml
 
     def benchmark_of(path: Path) -> object:
         try:
@@ -364,7 +364,7 @@ def cmd_free_slots(args: argparse.Namespace) -> int:
 
 def _existing_store(args: argparse.Namespace) -> Path:
     """The store `report`/`export` read: never created here (a missing one is a one-line error)."""
-    from flywheel.config.validation import ConfigurationError
+    from flywheel.core.validation import ConfigurationError
 
     root = profile_of(args).runs_path
     candidates = [Path(args.runs_dir)] if args.runs_dir else [root / "demo", root]
@@ -382,8 +382,12 @@ def _existing_store(args: argparse.Namespace) -> Path:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from flywheel.core.store import Store
-    from flywheel.reports.dashboard import paper_table, report_table
+    from flywheel.reports.dashboard import all_benchmarks_table, report_table
 
+    if args.paper:  # the old name, accepted for one release
+        print("warning: report --paper is deprecated (accepted for one release): use report --all-benchmarks "
+              "(`flywheel paper` is the paper's tables from experiments' stores)", file=sys.stderr)
+        args.all_benchmarks = True
     path = _existing_store(args)
     store = Store.reader(path)  # read-only: the file's bytes never change
     print(f"store: {path}", file=sys.stderr)
@@ -391,17 +395,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.benchmark is None:  # the profile's benchmark: its first one that has evaluations
         ours = profile_of(args).benchmarks
         args.benchmark = next((b for b in ours if b in evaluated), ours[0])
-        if not args.paper:
+        if not args.all_benchmarks:
             print(f"benchmark: {args.benchmark} (the profile's; --benchmark picks another)", file=sys.stderr)
     if not evaluated:
         print(f"warning: {path} holds no evaluation yet: nothing to report (materialize evaluation first)",
               file=sys.stderr)
-    elif not args.paper and args.benchmark not in evaluated:
+    elif not args.all_benchmarks and args.benchmark not in evaluated:
         print(f"{args.benchmark}: no evaluation in {path}; it has: {', '.join(evaluated)} (use --benchmark)",
               file=sys.stderr)
         return 1
-    if args.paper:
-        print(paper_table(store, metric=args.metric))
+    if args.all_benchmarks:
+        print(all_benchmarks_table(store, metric=args.metric))
     else:
         print(report_table(store, args.benchmark))
     return 0
@@ -415,8 +419,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     preset = load_preset(args.preset)  # a bad preset: one line naming the fix, exit 2 (see main)
     runs = Path(args.runs_dir) if args.runs_dir else profile_of(args).runs_path / "experiments" / preset.name
     results = Path(args.results_dir) if args.results_dir else RESULTS_DIR / preset.name
-    from flywheel.config.validation import check_writable_dir
     from flywheel.core.store import check_store
+    from flywheel.core.validation import check_writable_dir
 
     check_writable_dir(runs, "--runs-dir")
     check_writable_dir(results, "--results-dir")
@@ -503,8 +507,8 @@ def cmd_paper(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from flywheel.config.validation import ConfigurationError, check_plain_name, check_writable_dir
     from flywheel.core.store import Store
+    from flywheel.core.validation import ConfigurationError, check_plain_name, check_writable_dir
     from flywheel.reports.export import export_store
 
     path = _existing_store(args)
@@ -674,9 +678,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--runs-dir", default=None,
                      help="folder of flywheel.duckdb (default: the profile's runs_dir/demo if it has a store, else runs_dir, where the UI "
                      "writes)")
-    rep.add_argument("--paper", action="store_true", help="all benchmarks in the paper's Table 1 layout")
+    rep.add_argument("--all-benchmarks", action="store_true",
+                     help="every benchmark's test splits side by side, one row per k (the paper's Table 1 layout)")
+    rep.add_argument("--paper", action="store_true",
+                     help="the old name of --all-benchmarks (accepted for one release; `flywheel paper` is another thing)")
     rep.add_argument("--metric", default="success_rate", choices=["success_rate", "avg_reward"],
-                     help="the number shown with --paper")
+                     help="the number shown with --all-benchmarks")
     rep.set_defaults(fn=cmd_report)
 
     resign = sub.add_parser("resign-arm", help="re-sign committed arm files (experiments/results/NAME/arms/ARM.json) "
@@ -727,7 +734,7 @@ def quiet_library_progress() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from envs.data import MissingDataError
-    from flywheel.config.validation import ConfigurationError
+    from flywheel.core.validation import ConfigurationError
     from flywheel.policy.models import ModelNotFoundError
 
     # Dagster's BetaWarning / PreviewWarning about APIs the definitions use on purpose (multi-partition

@@ -64,7 +64,7 @@ def build_defs(
         config=dg.PartitionedConfig(
             partitions_def=parts.flywheel,
             run_config_for_partition_key_fn=lambda _key: {},
-            tags_for_partition_key_fn=lambda key: iteration_run_tags(key, max_iteration=parts.max_iteration),
+            tags_for_partition_key_fn=lambda key: iteration_run_tags(key, max_partition=parts.max_partition),
         ),
         description="One flywheel iteration (benchmark, k): SFT, rollouts, reward gate, evaluation. "
         "Backfill it over a benchmark's iterations to run them in order.",

@@ -25,7 +25,7 @@ A profile names:
 
 Every field is declared once, in its resource class; an unknown field fails before any work,
 naming the valid ones. Experiment presets (`flywheel/config/presets.py`) are profiles plus arms and
-build their resources with `build_resources` below.
+build their resources with `resources_from_sections` below.
 
 Nothing here reads the environment: the code location (`flywheel.definitions.defs`) and the CLI
 are the only places that read `$FLYWHEEL_PROFILE`, once, when they start.
@@ -42,22 +42,22 @@ from typing import Any
 
 import dagster as dg
 
-from flywheel.config.validation import (
+from flywheel.core.decisions import StopRules
+from flywheel.core.options import option_field
+from flywheel.core.settings import (
+    DEFAULT_ITERATIONS,
+    DEFAULT_LOOP_CRON,
+    DEFAULT_RUNS_DIR,
+    PROFILE_ENV,  # noqa: F401  (re-exported: flywheel.profile.PROFILE_ENV)
+    REPO_ROOT,
+    SMOLLM2_DIR,
+)
+from flywheel.core.validation import (
     ConfigurationError,
     check_benchmark,
     check_benchmark_refs,
     check_options,
     load_yaml,
-)
-from flywheel.core.decisions import StopRules
-from flywheel.core.options import option_field
-from flywheel.core.settings import (
-    DEFAULT_LOOP_CRON,
-    DEFAULT_MAX_ITERATION,
-    DEFAULT_RUNS_DIR,
-    PROFILE_ENV,  # noqa: F401  (re-exported: flywheel.profile.PROFILE_ENV)
-    REPO_ROOT,
-    SMOLLM2_DIR,
 )
 from flywheel.policy.vllm_server import ServerPool
 from flywheel.resources import (
@@ -116,7 +116,7 @@ class Profile:
     benchmarks: tuple[str, ...] = field(default_factory=_all_benchmarks)
     # The benchmarks named by reference (name -> "package.module:SPEC"), each one of `benchmarks`.
     benchmark_refs: dict[str, str] = field(default_factory=dict)
-    iterations: int = DEFAULT_MAX_ITERATION  # K: partitions 0..K, and the loop's K unless loop.iterations is lower
+    iterations: int = DEFAULT_ITERATIONS  # K: partitions 0..K, and the loop's K unless loop.iterations is lower
     runs_dir: str = DEFAULT_RUNS_DIR.name
     model: str = "smollm2"
     policy_backend: str = "transformers"
@@ -158,7 +158,7 @@ class Profile:
 
     def resources(self) -> dict[str, dg.ConfigurableResource]:
         """The resources `build_defs` gets: store and checkpoints under runs_dir, the profile's fields."""
-        return build_resources(
+        return resources_from_sections(
             self.sections, policy_backend=self.policy_backend, where=self.source or "profile",
             runs_dir=self.runs_path, model_path=self.model_path(), iterations=self.iterations,
             benchmark_refs=self.benchmark_refs, benchmarks=self.benchmarks,
@@ -277,14 +277,15 @@ def build_one(cls: type[dg.ConfigurableResource], name: str, fields_: dict[str, 
         raise ConfigurationError(f"{where}: invalid {name} settings: {' '.join(str(exc).split())[:500]}") from None
 
 
-def build_resources(
+def resources_from_sections(
     sections: dict[str, dict[str, Any]], *, policy_backend: str, where: str, runs_dir: Path, model_path: str, iterations: int, store_fields: dict[str, Any] | None = None,
     loop_defaults: dict[str, Any] | None = None, benchmark_refs: dict[str, str] | None = None,
     benchmarks: tuple[str, ...] | None = None, server_pool: ServerPool | None = None,
 ) -> dict[str, dg.ConfigurableResource]:
-    """The resources dict handed to `build_defs`, built section by section from plain fields; the store
-    (`flywheel.duckdb`) and the checkpoints live in `runs_dir`; `iterations` is the profile's K (the highest
-    iteration partition, and the loop's K unless its section says less).
+    """The resources dict handed to `build_defs`, built section by section from plain fields (a profile's, the
+    demo's, or an experiment arm's: `config.presets.arm_resources`); the store (`flywheel.duckdb`) and the
+    checkpoints live in `runs_dir`; `iterations` is the profile's K (the highest iteration partition, and the
+    loop's K unless its section says less).
 
     `benchmark_refs` (the benchmarks named by reference) reach `envs`, which every spec lookup goes
     through; `benchmarks` (the partitions, when known) bound the loop's. `server_pool` is the driver's pool of

@@ -31,7 +31,7 @@ from flywheel.core.decisions import Decision, IterationFacts, StopRules, decide,
 from flywheel.core.settings import DEFAULT_LOOP_CRON
 from flywheel.core.store import Store
 from flywheel.orchestration.partitions import DEFAULT as DEFAULT_PARTITIONS
-from flywheel.orchestration.partitions import DEFAULT_MAX_ITERATION, Partitions, parse_key, partition_key
+from flywheel.orchestration.partitions import DEFAULT_ITERATIONS, Partitions, parse_key, partition_key
 from flywheel.orchestration.slots import release_dead_slots
 from flywheel.resources import LoopResource, StoreResource
 
@@ -182,7 +182,7 @@ def evaluate_loop(instance: dg.DagsterInstance, db: Store, loop: LoopResource, *
     """One tick of the loop over the configured benchmarks (default: every benchmark partition);
     `dry_run`: the same result, nothing written to the store."""
     # a bad config (K beyond the partitions, a loop benchmark that is no partition) fails the tick loudly
-    rules = loop.stop_rules(max_partition=partitions.max_iteration, partitions=partitions.benchmarks)
+    rules = loop.stop_rules(max_partition=partitions.max_partition, partitions=partitions.benchmarks)
     tick = LoopTick()
     for benchmark in loop.benchmarks or sorted(partitions.benchmarks):
         _benchmark_tick(instance, db, rules, benchmark, trigger, tick, continue_on_empty_gate=loop.continue_on_empty_gate,
@@ -239,10 +239,10 @@ def free_dead_slots(instance: dg.DagsterInstance, log) -> list[str]:
     return release_dead_slots(instance, log=log.warning)
 
 
-def iteration_run_tags(key: str, *, max_iteration: int = DEFAULT_MAX_ITERATION) -> dict[str, str]:
+def iteration_run_tags(key: str, *, max_partition: int = DEFAULT_ITERATIONS) -> dict[str, str]:
     """Tags of every iteration_job run: the queue runs one iteration per benchmark at a time
     (`flywheel/benchmark` limit in dagster.yaml), lower k first (`dagster/priority` = -k)."""
     benchmark, k = parse_key(key)
-    if k > max_iteration:
-        raise ValueError(f"iteration {k} is outside 0..{max_iteration}")
+    if k > max_partition:
+        raise ValueError(f"iteration {k} is outside 0..{max_partition}")
     return {f"{TAG_PREFIX}benchmark": benchmark, f"{TAG_PREFIX}iteration": str(k), "dagster/priority": str(-k)}

@@ -12,11 +12,11 @@ import pytest
 
 from envs import get_benchmark
 from envs.alfworld import data as alf
-from flywheel.config.validation import ConfigurationError
 from flywheel.core import quality
 from flywheel.core.prompting import format_response
 from flywheel.core.store import Store
 from flywheel.core.trajectory import Step, Trajectory
+from flywheel.core.validation import ConfigurationError
 from flywheel.definitions import build_defs
 from flywheel.policy.inference import Generation
 from flywheel.profile import load_profile

@@ -27,7 +27,7 @@ from flywheel.assets.curriculum import CurriculumResource
 from flywheel.core.prompting import format_response
 from flywheel.core.store import Store
 from flywheel.definitions import build_defs
-from flywheel.orchestration.partitions import run_max_iteration
+from flywheel.orchestration.partitions import max_partition_for
 from flywheel.policy.inference import Generation
 from flywheel.profile import Profile
 from flywheel.resources import EnvResource, LoopResource, PolicyResource, StoreResource
@@ -125,7 +125,7 @@ MODEL_ENV = "FLYWHEEL_LOOP_TEST_MODEL"
 
 def loop_profile(iterations: int = 1) -> Profile:
     """The partitions of the loop tests' definitions: the test benchmark, iterations 0..(at least the default)."""
-    return Profile(benchmarks=(BENCH,), benchmark_refs=REFS, iterations=run_max_iteration(iterations))
+    return Profile(benchmarks=(BENCH,), benchmark_refs=REFS, iterations=max_partition_for(iterations))
 
 
 def loop_defs(root: str | Path, tiny: str, **kw) -> dg.Definitions:

@@ -9,7 +9,7 @@
   with the group-normalised episode rewards gives checkpoint k.
 - `paper_report`: the paper's tables and Fig. 2 for an experiment (`flywheel paper EXPERIMENT` writes the same).
 
-Which method an arm runs is `MethodResource.name` (flywheel/config/methods.py lists them and the stages each
+Which method an arm runs is `MethodResource.name` (flywheel/orchestration/methods.py lists them and the stages each
 runs); every trajectory and checkpoint the store writes carries it in its `method` column. The plain
 cores are flywheel/policy/dpo.py and flywheel/policy/grpo.py.
 """

@@ -15,7 +15,6 @@ import dagster as dg
 
 from flywheel.assets._common import metadata_table, progress_logger, rounded
 from flywheel.assets.training import gated_trajectories, sft_checkpoint
-from flywheel.config.validation import check_options
 from flywheel.core.gate import EMPTY_PROBLEM, dataset_problems, reward_gate, without_invalid_steps
 from flywheel.core.metrics import summarize
 from flywheel.core.prompting import writes_plans
@@ -26,6 +25,7 @@ from flywheel.core.sampling import (
     jobs_from_allocation,
     task_stats_rows,
 )
+from flywheel.core.validation import check_options
 from flywheel.orchestration.failures import fail_once, fails_once, mark_run_not_retryable
 from flywheel.orchestration.partitions import flywheel_partitions, keys_of
 from flywheel.resources import EnvResource, LoopResource, PolicyResource, StoreResource

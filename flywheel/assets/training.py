@@ -168,7 +168,7 @@ def sft_checkpoint(
                "iteration": k, "dataset": counts,
                "gated_iterations": list(range(k)), "examples": result.n_examples, "train_steps": result.steps,
                "batch_size": cfg.batch_size, "micro_batch_size": cfg.micro_batch_size, "whole_passes": cfg.whole_passes,
-               "packing": cfg.packing,
+               "packing": cfg.packing, "compute_dtype": result.compute_dtype,
                # Tokens trained: one pass's tokens x the passes the steps made (steps x batch / examples).
                "tokens_per_pass": result.tokens_per_pass,
                # ... and what the forward passes computed of them (fewer packed: each shared prefix once per pack).

@@ -17,14 +17,13 @@ from typing import Any
 
 import dagster as dg
 
-from flywheel.config.methods import METHODS, implied_sections
-from flywheel.config.validation import ConfigurationError, check_benchmark, check_plain_name
 from flywheel.core.options import Bound, option
 from flywheel.core.settings import REPO_ROOT
-from flywheel.orchestration.partitions import run_max_iteration
+from flywheel.core.validation import ConfigurationError, check_benchmark, check_plain_name
+from flywheel.orchestration.methods import METHODS, implied_sections
+from flywheel.orchestration.partitions import max_partition_for
 from flywheel.policy.vllm_server import ServerPool
-from flywheel.profile import SECTIONS, Profile, check_iterations, read_yaml, section
-from flywheel.profile import build_resources as build_profile_resources
+from flywheel.profile import SECTIONS, Profile, check_iterations, read_yaml, resources_from_sections, section
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +74,7 @@ class Preset:
         """The preset's sections with `arm`'s overrides merged in (one level deep per section)."""
         merged = copy.deepcopy(self.sections)
         method = self.method(arm)
-        if method != "bpo":  # the fields a method implies (flywheel/config/methods.py) sit between preset and arm
+        if method != "bpo":  # the fields a method implies (flywheel/orchestration/methods.py) sit between preset and arm
             for section, fields_ in implied_sections(method).items():
                 merged.setdefault(section, {}).update(copy.deepcopy(fields_))
         for section, fields_ in self.arms[arm].items():
@@ -87,10 +86,10 @@ class Preset:
     def max_partition(self) -> int:
         """The highest iteration partition of this experiment's definitions: K, and at least the default range's (the
         profile's `iterations` its definitions are built with; the arms' stages stop at K)."""
-        return run_max_iteration(self.iterations)
+        return max_partition_for(self.iterations)
 
     def method(self, arm: str) -> str:
-        """The arm's training method (flywheel/config/methods.py): `method: NAME` on the arm, else on the preset, else bpo."""
+        """The arm's training method (flywheel/orchestration/methods.py): `method: NAME` on the arm, else on the preset, else bpo."""
         return str(self.arms[arm].get("method", {}).get("name") or self.sections.get("method", {}).get("name") or "bpo")
 
 
@@ -153,7 +152,7 @@ def load_preset(name_or_path: str) -> Preset:
         runs=check_preset_number(raw, "runs", where=str(path)),
     )
     for arm in preset.arms:  # build every arm's resources now: a bad field fails before any work
-        build_resources(preset, arm, Path("/nonexistent-check"), model_path="/nonexistent-check")
+        arm_resources(preset, arm, Path("/nonexistent-check"), model_path="/nonexistent-check")
         method = preset.arm_sections(arm).get("method", {})
         for name in ("start_from", "controls"):
             if method.get(name) and (method[name] not in preset.arms or method[name] == arm):
@@ -215,11 +214,11 @@ def parse_replicates(raw: Any, arms: dict[str, Any], *, where: str) -> dict[str,
 # -- resources -------------------------------------------------------------------------------
 
 
-def build_resources(preset: Preset, arm: str, arm_dir: Path, *, model_path: str,
-                    policy_fields: dict[str, Any] | None = None,
-                    server_pool: ServerPool | None = None) -> dict[str, dg.ConfigurableResource]:
+def arm_resources(preset: Preset, arm: str, arm_dir: Path, *, model_path: str,
+                  policy_fields: dict[str, Any] | None = None,
+                  server_pool: ServerPool | None = None) -> dict[str, dg.ConfigurableResource]:
     """The resources dict handed to `build_defs` for one arm: its own store and checkpoints, the
-    preset's sections with the arm's overrides, built as a profile's are (flywheel/profile.py).
+    preset's sections with the arm's overrides, built as a profile's are (`profile.resources_from_sections`).
     `policy_fields` override the policy's for one stage (the equal-compute control's steps); `server_pool`: the
     runner's warm vLLM servers (`policy.keep_server`)."""
 
@@ -229,7 +228,7 @@ def build_resources(preset: Preset, arm: str, arm_dir: Path, *, model_path: str,
     sections = preset.arm_sections(arm)
     if policy_fields:
         sections["policy"] = {**sections.get("policy", {}), **policy_fields}
-    return build_profile_resources(
+    return resources_from_sections(
         sections, policy_backend=preset.policy_backend, where=where,
         runs_dir=arm_dir, model_path=model_path, iterations=preset.max_partition, store_fields={"method": preset.method(arm)},
         loop_defaults={"continue_on_empty_gate": True} if preset.continue_on_empty_gate else None,

@@ -4,7 +4,7 @@ The way TRL's configs carry `metadata={"help": ...}`: the plain configs (`TrainC
 `PromptShape`, `DPOSettings`, `GRPOSettings`, `VLLMServerConfig`) declare their fields with `option(...)`; the
 Dagster resources (flywheel/resources/fields.py) expose them with `same_as(...)`, which copies the default and
 the help, and declare their own fields with `setting(...)`. The launchpad, the CLI's `--help`, the bounds
-checks (`flywheel.config.validation.check_options` where a profile or resource is built; `check_bounds` in a
+checks (`flywheel.core.validation.check_options` where a profile or resource is built; `check_bounds` in a
 plain config's `__post_init__`, as TRL's configs check themselves) and the fields an arm may change while
 sharing another arm's k=0 SFT are all read from these declarations; nothing restates a default.
 """

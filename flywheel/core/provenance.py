@@ -46,8 +46,12 @@ def machine() -> dict[str, Any]:
     """What ran it: host, CPU model and cores, accelerator, Python and torch versions."""
     cpu = platform.processor() or platform.machine()
     ident: dict[str, str] = {}
+    bf16 = False
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        text = Path("/proc/cpuinfo").read_text()
+        # Native bfloat16 (AMX or AVX512-BF16): where `dtype: auto` trains and generates in bfloat16 (issue 55's blocks).
+        bf16 = "amx_bf16" in text or "avx512_bf16" in text
+        for line in text.splitlines():
             key, _, value = line.partition(":")
             key = key.strip()
             if key in ("model name", "cpu family", "model", "stepping") and key not in ident:
@@ -64,7 +68,7 @@ def machine() -> dict[str, Any]:
     # family/model/stepping tell CPU generations apart where the model name does not (a VM's "AMD EPYC"):
     # float results, and so retrained weights, can differ between them.
     cpu_id = "/".join(ident[k] for k in ("cpu family", "model", "stepping") if k in ident) or None
-    return {"host": platform.node(), "cpu": cpu, "cpu_id": cpu_id, "cores": os.cpu_count(),
+    return {"host": platform.node(), "cpu": cpu, "cpu_id": cpu_id, "cores": os.cpu_count(), "bf16_native": bf16,
             "python": platform.python_version(), "torch": torch}
 
 

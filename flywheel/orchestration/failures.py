@@ -29,8 +29,8 @@ from typing import Any, NoReturn
 import dagster as dg
 
 from envs.data import MissingDataError
-from flywheel.config.validation import ConfigurationError
 from flywheel.core.store import ForeignStoreError
+from flywheel.core.validation import ConfigurationError
 from flywheel.policy.models import ModelNotFoundError
 
 NO_RUN_RETRY_TAG = "dagster/retry_on_asset_or_op_failure"

@@ -2,8 +2,8 @@
 
 Stage-1/2 assets depend only on the benchmark; every flywheel asset is keyed by
 (benchmark, iteration). The asset modules declare the placeholders below (every registered
-benchmark, iterations 0..DEFAULT_MAX_ITERATION); `build_defs` swaps them for the profile's
-(`Partitions(benchmarks, max_iteration)`), so nothing here reads the environment and the
+benchmark, iterations 0..DEFAULT_ITERATIONS); `build_defs` swaps them for the profile's
+(`Partitions(benchmarks, max_partition)`), so nothing here reads the environment and the
 partition range is configuration, not import-time state.
 """
 
@@ -15,7 +15,7 @@ from functools import cached_property
 import dagster as dg
 
 from envs import REGISTRY
-from flywheel.core.settings import DEFAULT_MAX_ITERATION
+from flywheel.core.settings import DEFAULT_ITERATIONS
 
 BENCHMARK = "benchmark"
 ITERATION = "iteration"
@@ -23,10 +23,10 @@ ITERATION = "iteration"
 
 @dataclass(frozen=True)
 class Partitions:
-    """The partitions of one set of definitions: these benchmarks, iterations 0..max_iteration."""
+    """The partitions of one set of definitions: these benchmarks, iterations 0..max_partition."""
 
     benchmarks: tuple[str, ...]
-    max_iteration: int = DEFAULT_MAX_ITERATION
+    max_partition: int = DEFAULT_ITERATIONS
 
     @cached_property
     def benchmark(self) -> dg.StaticPartitionsDefinition:
@@ -34,7 +34,7 @@ class Partitions:
 
     @cached_property
     def iteration(self) -> dg.StaticPartitionsDefinition:
-        return dg.StaticPartitionsDefinition([str(k) for k in range(self.max_iteration + 1)])
+        return dg.StaticPartitionsDefinition([str(k) for k in range(self.max_partition + 1)])
 
     @cached_property
     def flywheel(self) -> dg.MultiPartitionsDefinition:
@@ -46,18 +46,18 @@ class Partitions:
         return dg.MultiPartitionMapping({
             BENCHMARK: dg.DimensionPartitionMapping(BENCHMARK, dg.IdentityPartitionMapping()),
             ITERATION: dg.DimensionPartitionMapping(ITERATION, dg.StaticPartitionMapping(
-                {str(k): str(k + 1) for k in range(self.max_iteration)})),
+                {str(k): str(k + 1) for k in range(self.max_partition)})),
         })
 
 
-def run_max_iteration(iterations: int) -> int:
+def max_partition_for(iterations: int) -> int:
     """The highest iteration partition of a run of iterations 0..K (the demo, an experiment): K, and at
     least the default range, so its partitions are the ones the UI shows."""
-    return max(iterations, DEFAULT_MAX_ITERATION)
+    return max(iterations, DEFAULT_ITERATIONS)
 
 
 # The placeholders the asset modules declare; build_defs replaces them with the profile's.
-DEFAULT = Partitions(tuple(sorted(REGISTRY)), DEFAULT_MAX_ITERATION)
+DEFAULT = Partitions(tuple(sorted(REGISTRY)), DEFAULT_ITERATIONS)
 benchmark_partitions = DEFAULT.benchmark
 iteration_partitions = DEFAULT.iteration
 flywheel_partitions = DEFAULT.flywheel

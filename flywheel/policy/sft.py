@@ -163,6 +163,9 @@ class TrainResult:
     # The step of the saved state this attempt resumed from (0: trained from the start): steps - resumed_at were
     # trained, and timed, in this attempt.
     resumed_at: int = 0
+    # What the matmuls computed in: "bfloat16" (autocast over float32 weights) or "float32". Weights trained
+    # in one differ from the other's, so runs that share a k=0 must share this too (a block, issue 55).
+    compute_dtype: str = ""
 
 
 def sft_examples(
@@ -414,6 +417,7 @@ def train_sft(
         computed_tokens_per_pass=computed_per_pass,
         answer_tokens=tuple(answer_tokens(tok, r) for r in kept),
         resumed_at=saved_step(resume_from) if resume_from else 0,
+        compute_dtype="bfloat16" if args.bf16 else "float32",
     )
     del trainer, model
     trim_heap()

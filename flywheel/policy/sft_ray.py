@@ -24,8 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from flywheel.policy.ray_session import RayOptions, ray_session
 from flywheel.policy.sft import TrainConfig, TrainResult, train_sft
-from flywheel.rollout.ray_pool import RayOptions, ray_session
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def _train_loop(config: dict[str, Any]) -> None:
         metrics = {"train_loss": result.train_loss, "steps": result.steps, "n_examples": result.n_examples,
                    "n_dropped": result.n_dropped, "dropped": list(result.dropped), "world_size": result.world_size,
                    "tokens_per_pass": result.tokens_per_pass, "answer_tokens": list(result.answer_tokens),
-                   "computed_tokens_per_pass": result.computed_tokens_per_pass}
+                   "computed_tokens_per_pass": result.computed_tokens_per_pass, "compute_dtype": result.compute_dtype}
         checkpoint = ray.train.Checkpoint.from_directory(result.path) if rank == 0 else None
         ray.train.report(metrics, checkpoint=checkpoint)
 
@@ -103,4 +103,5 @@ def train_sft_on_ray(
                        dropped=tuple(metrics.get("dropped", ())), world_size=int(metrics.get("world_size", 1)),
                        tokens_per_pass=int(metrics.get("tokens_per_pass", 0)),
                        computed_tokens_per_pass=int(metrics.get("computed_tokens_per_pass", 0)),
-                       answer_tokens=tuple(int(n) for n in metrics.get("answer_tokens", ())))
+                       answer_tokens=tuple(int(n) for n in metrics.get("answer_tokens", ())),
+                       compute_dtype=str(metrics.get("compute_dtype", "")))

@@ -1,7 +1,8 @@
 """The flywheel dashboard of one benchmark: a row per iteration k and a chart, from the store.
 
 Plain code (no Dagster), reading the store only: `flywheel.assets.summary.flywheel_summary` shows it in the UI
-and `python -m flywheel.cli report` prints the same rows (`report_table`; `paper_table` for `report --paper`).
+and `python -m flywheel.cli report` prints the same rows (`report_table`; `all_benchmarks_table`, every benchmark
+side by side, for `report --all-benchmarks`).
 Per k: success on each evaluation split in percent with its 95% Wilson interval and successes/n (n =
 episodes, errored ones excluded, as in `evaluations`; nothing over 0 episodes), average reward and prompt
 tokens per step per split, what the reward gate saw, admitted and decided, the gated total, the checkpoint's
@@ -217,7 +218,7 @@ def render_chart(rows: list[dict[str, Any]], splits: list[str], out: Path, *, ti
     return out
 
 
-def paper_table(store: Store, *, iteration: int | None = None, metric: str = "success_rate") -> str:
+def all_benchmarks_table(store: Store, *, iteration: int | None = None, metric: str = "success_rate") -> str:
     """Paper Table 1 layout: a column per evaluation split of every registered benchmark (in name
     order, titled by the specs: `flywheel.core.metrics.result_columns`), then their average.
 

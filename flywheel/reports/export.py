@@ -28,9 +28,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from flywheel.config.validation import ConfigurationError
 from flywheel.core.store import Store
 from flywheel.core.trajectory import Trajectory
+from flywheel.core.validation import ConfigurationError
 
 
 def _traj_row(t: Trajectory) -> dict[str, Any]:

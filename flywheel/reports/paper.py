@@ -24,9 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import envs
-from flywheel.config.methods import METHODS, placed
 from flywheel.config.presets import RESULTS_DIR, Preset, load_preset
-from flywheel.config.validation import ConfigurationError
 from flywheel.core.metrics import (
     PRIMARY_METRICS,
     ResultColumn,
@@ -39,6 +37,8 @@ from flywheel.core.provenance import read_arm
 from flywheel.core.quality import BOOT, arm_checkpoints, paired_difference, rate
 from flywheel.core.settings import DEFAULT_RUNS_DIR
 from flywheel.core.store import READER_WAIT_S, Store, check_store
+from flywheel.core.validation import ConfigurationError
+from flywheel.orchestration.methods import METHODS, placed
 
 NOTES = [
     "The policy is SmolLM2-135M trained on CPU (the paper trains Llama-3.1-8B and others on GPUs); the "

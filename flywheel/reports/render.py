@@ -98,6 +98,7 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
                       f"{', '.join(c[:12] for c in prov.get('commits') or []) or 'unknown'}; machine "
                       f"{mach.get('host', '?')} ({mach.get('cpu', '?')}, {mach.get('cores', '?')} cores, torch "
                       f"{mach.get('torch', '?')}); k=0 weights sha256 {str(prov.get('k0_weights_sha256'))[:12]}"
+                      + (f" (trained in {prov['k0_compute_dtype']})" if prov.get("k0_compute_dtype") else "")
                       + ("" if prov.get("complete", True) else "; **not complete**")
                       + ("; **not reproducible from history** (commit(s) "
                          + ", ".join(c[:12] for c in res["reproducible"]["missing_commits"]) + " not in it)"

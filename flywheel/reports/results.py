@@ -11,7 +11,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from flywheel.config.methods import METHODS, method_stages
 from flywheel.config.presets import Preset, arm_config, arm_order
 from flywheel.core.metrics import answer_lengths
 from flywheel.core.provenance import (
@@ -37,6 +36,7 @@ from flywheel.core.quality import (
 )
 from flywheel.core.settings import REPO_ROOT
 from flywheel.core.store import Store
+from flywheel.orchestration.methods import METHODS, method_stages
 from flywheel.resources import EnvResource
 from flywheel.rollout.engine import RolloutConfig
 
@@ -504,6 +504,8 @@ def local_arm_record(preset: Preset, arm: str, arm_dir: Path, records: dict[str,
                   "config_fingerprint": fingerprint(config["sections"]), "k0_weights_sha256": k0_hash,
                   "k0_checkpoint_id": k0["checkpoint_id"] if k0 else None, "k0_drift": progress.get("k0_drift"),
                   "k0_examples_sha256": lineage.get("examples_sha256"),
+                  # bfloat16 autocast or float32 (recorded since issue 55; None before): part of a block's identity.
+                  "k0_compute_dtype": lineage.get("compute_dtype"),
                   "complete": all(stage in done for stage, _, _ in method_stages(preset.benchmark, preset.iterations,
                                                                                preset.method(arm), evaluate_start=False)
                                   if stage != "evaluation:0") and not progress.get("stopped")}

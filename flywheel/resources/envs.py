@@ -6,13 +6,13 @@ from pydantic import PrivateAttr
 
 from envs import check_env_options, configure_spec, get_benchmark
 from envs.base import BenchmarkSpec, Env, Task
-from flywheel.config.validation import (
+from flywheel.core.options import Bound
+from flywheel.core.validation import (
     check_benchmark,
     check_benchmark_refs,
     check_benchmarks,
     check_data,
 )
-from flywheel.core.options import Bound
 from flywheel.orchestration.failures import setup_fails_once
 from flywheel.orchestration.partitions import benchmark_of
 from flywheel.resources.fields import check_fields, setting

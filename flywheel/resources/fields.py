@@ -11,8 +11,8 @@ from typing import Any
 from pydantic import Field
 from pydantic.fields import FieldInfo
 
-from flywheel.config.validation import check_options
 from flywheel.core.options import MISSING, Bound, option_default, option_field
+from flywheel.core.validation import check_options
 
 
 def setting(default: Any = MISSING, *, help: str, bound: Bound | None = None, sft0: bool = True,

@@ -2,10 +2,10 @@ from collections.abc import Iterable
 
 import dagster as dg
 
-from flywheel.config.validation import ConfigurationError, check_budget
 from flywheel.core.decisions import StopRules
 from flywheel.core.options import Bound
-from flywheel.core.settings import DEFAULT_MAX_ITERATION
+from flywheel.core.settings import DEFAULT_ITERATIONS
+from flywheel.core.validation import ConfigurationError, check_iterations_fit
 from flywheel.orchestration.failures import setup_fails_once
 from flywheel.resources.fields import check_fields, same_as, setting
 
@@ -19,8 +19,8 @@ class LoopResource(dg.ConfigurableResource):
     `patience` iterations in a row.
     """
 
-    # Defaults to the profile's iterations (flywheel.profile.build_resources); set lower, the loop stops there.
-    iterations: int = same_as(StopRules, "iterations", default=DEFAULT_MAX_ITERATION)
+    # Defaults to the profile's iterations (flywheel.profile.resources_from_sections); set lower, the loop stops there.
+    iterations: int = same_as(StopRules, "iterations", default=DEFAULT_ITERATIONS)
     patience: int = same_as(StopRules, "patience")
     min_new_successes: int = same_as(StopRules, "min_new_successes")
     min_improvement: float = same_as(StopRules, "min_improvement")
@@ -51,7 +51,7 @@ class LoopResource(dg.ConfigurableResource):
     def validate(self, max_partition: int | None = None, partitions: Iterable[str] | None = None) -> None:
         """`max_partition` / `partitions` (the highest iteration, the benchmark partitions) check K and
         `benchmarks` when known: the loop can only drive benchmarks that are partitions."""
-        check_budget(self.iterations, max_partition=max_partition)
+        check_iterations_fit(self.iterations, max_partition=max_partition)
         if partitions is not None:
             known = sorted(partitions)
             for name in self.benchmarks:

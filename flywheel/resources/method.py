@@ -1,9 +1,9 @@
-"""Which method a run belongs to (flywheel/config/methods.py) and its DPO/GRPO knobs, as a Dagster resource."""
+"""Which method a run belongs to (flywheel/orchestration/methods.py) and its DPO/GRPO knobs, as a Dagster resource."""
 
 import dagster as dg
 
-from flywheel.config.methods import METHODS
 from flywheel.core.options import Bound
+from flywheel.orchestration.methods import METHODS
 from flywheel.policy.dpo import DPOSettings
 from flywheel.policy.grpo import GRPOSettings
 from flywheel.resources.fields import check_fields, same_as, setting
@@ -16,7 +16,7 @@ class MethodResource(dg.ConfigurableResource):
     """The method this run belongs to and its DPO/GRPO knobs: `dpo_<name>` is `DPOSettings.<name>`,
     `grpo_<name>` is `GRPOSettings.<name>` (`dpo_settings()` / `grpo_settings()` build them)."""
 
-    name: str = setting("bpo", help=f"the training method: {', '.join(METHODS)} (flywheel/config/methods.py)")
+    name: str = setting("bpo", help=f"the training method: {', '.join(METHODS)} (flywheel/orchestration/methods.py)")
     evaluate_start: bool = setting(True, help="experiments: false skips evaluation:0 of a method that continues "
                                    "from a k=0 SFT another arm also trains and evaluates")
     start_from: str = setting("", help="experiments: take this earlier arm's k=0 SFT (the same envs, policy, "
@@ -45,8 +45,8 @@ class MethodResource(dg.ConfigurableResource):
 
     def check(self) -> str:
         if self.name not in METHODS:
-            raise dg.Failure(f"method.name must be one of {', '.join(METHODS)} (flywheel/config/methods.py, or "
-                             f"one registered with flywheel.config.methods.register), got {self.name!r}")
+            raise dg.Failure(f"method.name must be one of {', '.join(METHODS)} (flywheel/orchestration/methods.py, or "
+                             f"one registered with flywheel.orchestration.methods.register), got {self.name!r}")
         return self.name
 
     def dpo_settings(self, policy) -> DPOSettings:

@@ -5,10 +5,10 @@ from typing import Any
 import dagster as dg
 from pydantic import PrivateAttr
 
-from flywheel.config.validation import ConfigurationError, check_model_path
 from flywheel.core.options import Bound
 from flywheel.core.prompting import PromptShape
 from flywheel.core.settings import DEFAULT_RUNS_DIR, SMOLLM2_DIR
+from flywheel.core.validation import ConfigurationError, check_model_path
 from flywheel.orchestration.failures import setup_fails_once
 from flywheel.policy import sft_ray
 from flywheel.policy.inference import Generator, OpenAICompatibleGenerator, TransformersGenerator
@@ -229,7 +229,7 @@ class ManagedVLLMPolicy(PolicyResource):
                                 "them (the demo, an experiment's arm) owns the servers and stops them; without "
                                 "one, the server lives for one run")
     # The driver's pool of warm servers (`keep_server`), one per server configuration: not configuration, a
-    # live object the demo and the experiment runner pass in (profile.build_resources's `server_pool`).
+    # live object the demo and the experiment runner pass in (profile.resources_from_sections's `server_pool`).
     server_pool: dg.ResourceDependency[ServerPool | None] = None
 
     _server: Any = PrivateAttr(default=None)

@@ -4,9 +4,9 @@ from typing import Any
 
 import dagster as dg
 
-from flywheel.config.validation import ConfigurationError
+from flywheel.core.validation import ConfigurationError
+from flywheel.policy.ray_session import RayOptions
 from flywheel.resources.fields import check_fields, same_as
-from flywheel.rollout.ray_pool import RayOptions
 
 BACKENDS = ("local", "ray")
 

@@ -30,7 +30,8 @@ from flywheel.core.prompting import INVALID_FORMAT_OBSERVATION, HistoryItem, Pro
 from flywheel.core.store import Store
 from flywheel.core.trajectory import Source, Step, Trajectory
 from flywheel.policy.inference import Generator, clip_answer
-from flywheel.rollout.ray_pool import RayOptions, generator_started, ray_env_slots
+from flywheel.policy.ray_session import RayOptions
+from flywheel.rollout.ray_pool import generator_started, ray_env_slots
 
 log = logging.getLogger(__name__)
 

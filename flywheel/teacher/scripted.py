@@ -22,10 +22,11 @@ When o_t shows for the first time something the action at t names, the thought s
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import statistics
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from flywheel.core.trajectory import Trajectory
-from flywheel.curriculum.proposals import pick_harder
 from flywheel.teacher.base import Annotation
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
@@ -118,3 +119,29 @@ class ScriptedTeacher:
         """
 
         return pick_harder(candidates, [int(s.get("length", 0)) for s in seeds], n)
+
+
+def pick_harder(candidates: Sequence[dict[str, Any]], seed_lengths: Sequence[int], n: int) -> list[dict[str, Any]]:
+    """The offline proposer: up to n candidates, harder on purpose, spread over kinds.
+
+    Within each kind, candidates expected to be at least as long as the seed median
+    come first (in the synthesizer's deterministic order); kinds take turns.
+    """
+    median = statistics.median(seed_lengths) if seed_lengths else 0
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for c in candidates:
+        by_kind.setdefault(str(c.get("kind", "")), []).append(c)
+    queues = []
+    for items in by_kind.values():
+        harder = [c for c in items if (c.get("expected_length") or 0) >= median]
+        rest = [c for c in items if (c.get("expected_length") or 0) < median]
+        queues.append(harder + rest)
+    picked: list[dict[str, Any]] = []
+    while len(picked) < n and any(queues):
+        for q in queues:
+            if q and len(picked) < n:
+                c = q.pop(0)
+                exp = c.get("expected_length")
+                why = f"{c.get('note', c.get('kind', ''))}; expected ~{exp} steps vs seed median {median:g}" if exp else c.get("note", "")
+                picked.append({"kind": c.get("kind", ""), "params": dict(c.get("params", {})), "rationale": why})
+    return picked

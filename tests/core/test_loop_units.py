@@ -193,7 +193,7 @@ def test_task_stats_replace_per_iteration(tmp_path):
 
 def test_iteration_budget_is_checked_against_the_partitions():
     """K (loop.iterations) >= 0 always; K <= the highest iteration partition when it is known."""
-    from flywheel.config.validation import ConfigurationError
+    from flywheel.core.validation import ConfigurationError
 
     assert LoopResource(iterations=1).stop_rules(max_partition=3).iterations == 1
     with pytest.raises(ConfigurationError, match="must be >= 0"):

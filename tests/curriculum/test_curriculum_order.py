@@ -9,7 +9,7 @@ from flywheel.core.trajectory import Step, Trajectory
 from flywheel.curriculum.buckets import Buckets, eval_buckets, quantile_buckets, success_by_bucket
 from flywheel.curriculum.complexity import ComplexityScorer, register_signal
 from flywheel.curriculum.order import CurriculumSampler, grade
-from flywheel.curriculum.proposals import pick_harder, read_proposal
+from flywheel.curriculum.proposals import read_proposal
 from flywheel.teacher.openai_teacher import OpenAITeacher, parse_proposals
 from tests.openai_stub import StubServer
 
@@ -106,15 +106,6 @@ def test_unparsable_proposals_are_rejected_with_reasons():
     assert (ok.status, ok.params, ok.kind) == ("proposed", {"a": 1}, "k")
     flat = read_proposal({"asin": "B0", "options": {}}, 4, "t")
     assert flat.params == {"asin": "B0", "options": {}}
-
-
-def test_pick_harder_prefers_long_and_takes_turns():
-    cands = [{"kind": "a", "params": {"i": i}, "expected_length": n} for i, n in enumerate([2, 9, 3])] + \
-            [{"kind": "b", "params": {"j": j}, "expected_length": 8} for j in range(3)]
-    picked = pick_harder(cands, seed_lengths=[5, 5, 6], n=4)
-    assert [p["kind"] for p in picked] == ["a", "b", "a", "b"]
-    assert picked[0]["params"] == {"i": 1}  # the candidate longer than the seed median comes first
-    assert "seed median 5" in picked[0]["rationale"]
 
 
 def test_openai_teacher_proposals_and_garbage(tmp_path):

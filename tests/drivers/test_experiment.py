@@ -15,13 +15,13 @@ import pytest
 import yaml
 
 from flywheel.cli import main
-from flywheel.config.methods import method_stages
 from flywheel.config.presets import load_preset
-from flywheel.config.validation import ConfigurationError
 from flywheel.core.provenance import CHECKSUM, arm_file
 from flywheel.core.quality import mcnemar_exact_p, paired_difference
 from flywheel.core.store import Store
+from flywheel.core.validation import ConfigurationError
 from flywheel.drivers.experiment import run_experiment
+from flywheel.orchestration.methods import method_stages
 from flywheel.resources import EnvResource
 
 REPO = Path(__file__).resolve().parents[2]
@@ -253,11 +253,11 @@ def test_every_shipped_preset_builds_every_arm(path: Path, tmp_path: Path):
     """Each preset in experiments/ names only fields its resources take, for its backend and every arm:
     a preset that would fail on its first stage fails here instead (the vLLM backend refuses transformers-only
     fields such as max_batch_size)."""
-    from flywheel.config.presets import build_resources
+    from flywheel.config.presets import arm_resources
 
     preset = load_preset(str(path))
     for arm in preset.arms:
-        resources = build_resources(preset, arm, tmp_path / arm, model_path=str(tmp_path / "model"))
+        resources = arm_resources(preset, arm, tmp_path / arm, model_path=str(tmp_path / "model"))
         assert {"policy", "envs", "store"} <= set(resources)
 
 

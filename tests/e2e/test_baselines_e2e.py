@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from flywheel.cli import main
-from flywheel.config.methods import METHODS, method_stages
 from flywheel.config.presets import load_preset
 from flywheel.core.prompting import build_messages, parse_response
 from flywheel.core.store import Store
+from flywheel.orchestration.methods import METHODS, method_stages
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from flywheel.cli import build_parser, demo_resources, demo_table, validate_demo_args
-from flywheel.config.validation import ConfigurationError
 from flywheel.core.store import Store
+from flywheel.core.validation import ConfigurationError
 
 
 def test_demo_defaults_use_the_small_model_settings_on_scienceworld(tmp_path):

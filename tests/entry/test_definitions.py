@@ -8,7 +8,7 @@ import pytest
 from envs import REGISTRY
 from flywheel.definitions import build_defs
 from flywheel.orchestration.partitions import (
-    DEFAULT_MAX_ITERATION,
+    DEFAULT_ITERATIONS,
     benchmark_of,
     flywheel_partitions,
     parse_key,
@@ -53,7 +53,7 @@ def test_partitions_are_benchmark_by_iteration():
     for name in ["sft_checkpoint", "rollouts", "gated_dataset", "evaluation"]:
         assert graph.get(dg.AssetKey(name)).partitions_def == flywheel_partitions
     dims = {d.name: d.partitions_def.get_partition_keys() for d in flywheel_partitions.partitions_defs}
-    assert dims["iteration"] == [str(k) for k in range(DEFAULT_MAX_ITERATION + 1)]
+    assert dims["iteration"] == [str(k) for k in range(DEFAULT_ITERATIONS + 1)]
     assert "scienceworld|0" in flywheel_partitions.get_partition_keys()
 
 
@@ -66,12 +66,12 @@ def test_partition_keys_are_read_by_the_partitions_definition():
     # Either kind of run partition names its benchmark (the env resource checks that benchmark's data).
     assert benchmark_of("webshop") == "webshop" and benchmark_of("tinybench|4") == "tinybench"
     assert benchmark_of(str(partition_key("alfworld", 0))) == "alfworld"
-    assert iteration_run_tags("webshop|2", max_iteration=3) == {
+    assert iteration_run_tags("webshop|2", max_partition=3) == {
         "flywheel/benchmark": "webshop", "flywheel/iteration": "2", "dagster/priority": "-2"}
     with pytest.raises(ValueError, match="iteration 4 is outside 0..3"):
-        iteration_run_tags("webshop|4", max_iteration=3)
+        iteration_run_tags("webshop|4", max_partition=3)
     with pytest.raises(ValueError, match="'webshop' is not a flywheel partition key"):
-        iteration_run_tags("webshop", max_iteration=3)
+        iteration_run_tags("webshop", max_partition=3)
 
 
 def test_gate_check_and_jobs_exist():

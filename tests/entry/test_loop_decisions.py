@@ -10,8 +10,8 @@ from contextlib import contextmanager
 import dagster as dg
 import pytest
 
-from flywheel.config.validation import ConfigurationError
 from flywheel.core.store import Store
+from flywheel.core.validation import ConfigurationError
 from flywheel.definitions import build_defs
 from flywheel.orchestration.partitions import partition_key
 from flywheel.resources import LoopResource, StoreResource

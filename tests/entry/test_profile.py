@@ -10,7 +10,7 @@ import dagster as dg
 import pytest
 
 from envs import REGISTRY
-from flywheel.config.validation import ConfigurationError
+from flywheel.core.validation import ConfigurationError
 from flywheel.definitions import build_defs
 from flywheel.profile import Profile, load_profile
 from flywheel.resources import (

@@ -14,9 +14,9 @@ import yaml
 from envs import REGISTRY, Task, check_env_options, configure_spec, env_option_names, get_benchmark
 from envs.base import BenchmarkSpec
 from flywheel.cli import build_parser, demo_options, demo_resources, demo_task_types, validate_demo_args
-from flywheel.config.validation import ConfigurationError
 from flywheel.core.metrics import PRIMARY_METRICS, display_name, primary_metric
 from flywheel.core.trajectory import Step, Trajectory
+from flywheel.core.validation import ConfigurationError
 from flywheel.curriculum.buckets import DEFAULT_EVAL_EDGES, Buckets, eval_buckets
 from flywheel.curriculum.complexity import ComplexityScorer
 from flywheel.curriculum.gold import gold_length

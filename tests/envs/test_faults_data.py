@@ -17,7 +17,7 @@ import pytest
 from envs.alfworld import data as alf
 from envs.alfworld.tasks import load_tasks
 from envs.data import MissingDataError
-from flywheel.config.validation import ConfigurationError, check_data
+from flywheel.core.validation import ConfigurationError, check_data
 from tests.helpers import ARCHIVE
 
 

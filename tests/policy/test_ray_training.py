@@ -11,10 +11,10 @@ import json
 import pytest
 
 from flywheel.policy.inference import TransformersGenerator
+from flywheel.policy.ray_session import RayOptions
 from flywheel.policy.sft import TrainConfig, sft_examples, train_sft
 from flywheel.resources import TransformersPolicy
 from flywheel.resources.ray_cluster import RayConfig
-from flywheel.rollout.ray_pool import RayOptions
 from tests.fakes import make_traj
 
 pytest.importorskip("ray.train", reason="SFT on Ray needs the `ray` extra")
@@ -30,7 +30,8 @@ def test_sft_runs_as_a_ray_train_job_and_publishes_the_checkpoint(tmp_path, tiny
     opts = RayOptions(num_cpus=2, sft_workers=1, sft_cpus_per_worker=1, storage_path=str(storage))
     out = tmp_path / "ck" / "scienceworld" / "k0"
     res = train_sft_on_ray(tiny, rows, out, cfg, opts)
-    assert (res.path, res.n_examples, res.steps) == (str(out), 5, 2) and res.train_loss > 0
+    # max_steps 2 rounds up to one whole pass over the 5 examples: 3 steps of 2 (TrainConfig.whole_passes)
+    assert (res.path, res.n_examples, res.steps) == (str(out), 5, 3) and res.train_loss > 0
     assert json.loads((out / "training.json").read_text())["n_examples"] == 5
     assert not out.with_name("k0.partial").exists()
     assert any(p.name.startswith("checkpoint") for p in storage.rglob("*") if p.is_dir())  # via the storage path
@@ -39,6 +40,7 @@ def test_sft_runs_as_a_ray_train_job_and_publishes_the_checkpoint(tmp_path, tiny
     local = train_sft(tiny, rows, tmp_path / "local", cfg)
     assert res.train_loss == pytest.approx(local.train_loss, rel=1e-3)
     assert res.world_size == local.world_size == 1
+    assert res.compute_dtype == local.compute_dtype in ("bfloat16", "float32")  # carried back from the worker
 
 
 @pytest.mark.slow  # two Ray Train workers: ~1-2 min on 2 busy cores

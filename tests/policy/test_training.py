@@ -3,9 +3,10 @@
 import json
 
 import pytest
+import torch
 
 from flywheel.policy.inference import TransformersGenerator
-from flywheel.policy.models import load_tokenizer
+from flywheel.policy.models import cpu_has_bf16, load_tokenizer
 from flywheel.policy.sft import TrainConfig, sft_examples, train_sft
 from tests.fakes import make_traj
 
@@ -24,6 +25,8 @@ def test_train_sft_writes_a_loadable_checkpoint(tmp_path, tiny, lora, capsys):
     # max_steps 2 rounds to one whole pass over the 5 examples: 3 steps of 2 (TrainConfig.whole_passes)
     res = train_sft(tiny, rows, tmp_path / "ck", TrainConfig(max_steps=2, batch_size=2, learning_rate=1e-3, lora=lora, lora_r=4))
     assert res.n_examples == 5 and res.steps == 3 and res.train_loss > 0
+    # the dtype the matmuls ran in is recorded (a block's identity): auto = bf16 autocast where the CPU has it
+    assert res.compute_dtype == ("bfloat16" if torch.cuda.is_available() or cpu_has_bf16() else "float32")
     # each trained answer's length in tokens, as the policy generates it (no chat markers)
     tok = load_tokenizer(tiny)
     assert res.answer_tokens == tuple(len(tok(r["completion"][0]["content"], add_special_tokens=False)["input_ids"])

@@ -1,6 +1,9 @@
 """The folder tree is the architecture (docs/layout.md): read from the source, each folder keeps its rule.
 
 - at most 8 modules at the top of flywheel/ (entry points); the rest live in folders named for their layer;
+- imports go down docs/layout.md's table of layers, never up (read from the doc, so the two cannot drift), counting
+  imports made inside functions; every folder and top-level module is in exactly one row; envs/ never imports
+  flywheel;
 - no import cycle among flywheel/ modules, counting imports made inside functions and the package
   `__init__` every import runs;
 - the plain core imports only the core; core, rollout, policy, curriculum and teacher never import Dagster,
@@ -23,6 +26,7 @@ import pytest
 
 FLYWHEEL = Path(__file__).resolve().parents[2] / "flywheel"
 TESTS = FLYWHEEL.parent / "tests"
+LAYOUT_DOC = FLYWHEEL.parent / "docs" / "layout.md"
 TOP_LEVEL = {"__init__", "cli", "definitions", "profile", "sensors"}
 NO_DAGSTER = ("core", "rollout", "policy", "curriculum", "teacher")
 # Test folders that name no package: the test benchmark, the entry points (cli, definitions, profile, sensors),
@@ -111,6 +115,73 @@ def test_no_import_cycle():
     assert {"flywheel.core.store", "flywheel.definitions", "flywheel.reports.paper"} <= set(g)
     assert "flywheel.core.store" in g["flywheel.rollout.engine"]
     assert cycles(g) == []
+
+
+def doc_layers(text: str) -> list[list[str]]:
+    """The rows of the layers table (the one whose header starts `| layer |`), top to bottom: each row's
+    first cell, as the names it holds (`drivers/` -> "drivers", `cli.py` -> "cli")."""
+    rows: list[list[str]] = []
+    in_table = False
+    for line in text.splitlines():
+        if line.startswith("| layer |"):
+            in_table = True
+        elif in_table and line.startswith("|---"):
+            continue
+        elif in_table and line.startswith("|"):
+            cell = line.split("|")[1]
+            rows.append([re.sub(r"(/|\.py)$", "", name) for name in re.findall(r"`([^`]+)`", cell)])
+        elif in_table:
+            break
+    return rows
+
+
+def unit_of(module: str) -> str:
+    """The table's name for a module's layer: its folder under flywheel/, or the top-level module itself."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "cli"  # the package's own __init__ sits with the entry point
+
+
+def upward_imports(g: dict[str, set[str]], rows: list[list[str]]) -> list[str]:
+    """Every import from a module to a module in a row above its own (row 0 is the top of the table)."""
+    row = {name: i for i, names in enumerate(rows) for name in names}
+    return sorted(f"{m} -> {d} ({unit_of(m)} imports {unit_of(d)}, a row above it in docs/layout.md)"
+                  for m, deps in g.items() for d in deps if row[unit_of(d)] < row[unit_of(m)])
+
+
+def test_the_layer_reader_and_checker():
+    text = "intro\n\n| layer | what | rule |\n|---|---|---|\n| `cli.py` | x | |\n| `a/`, `b.py` | y | `c/` is below |\n" \
+           "| `c/` | z | |\n\nafter | `d/` |\n"
+    rows = doc_layers(text)
+    assert rows == [["cli"], ["a", "b"], ["c"]]
+    down = {"flywheel.cli": {"flywheel.a.x"}, "flywheel.a.x": {"flywheel.b", "flywheel.c.y"}, "flywheel.b": {"flywheel.a.x"}}
+    assert upward_imports(down, rows) == []
+    assert upward_imports({**down, "flywheel.c.y": {"flywheel.b"}}, rows) == [
+        "flywheel.c.y -> flywheel.b (c imports b, a row above it in docs/layout.md)"]
+
+
+def test_the_layers_table_names_every_folder_once():
+    rows = doc_layers(LAYOUT_DOC.read_text(encoding="utf-8"))
+    named = [name for names in rows for name in names]
+    assert len(rows) > 8 and named[0] == "cli" and named[-1] == "core"
+    units = {unit_of(m) for m in modules()}
+    assert sorted(n for n, c in Counter(named).items() if c > 1) == []
+    assert sorted(units - set(named)) == [], "a folder or top-level module missing from docs/layout.md's table"
+    assert sorted(set(named) - units) == [], "docs/layout.md's table names a folder or module that is gone"
+
+
+def test_imports_only_point_down_the_layers():
+    """docs/layout.md's table is the order: a module imports from its own row and the rows below, never above."""
+    g = graph()
+    assert "flywheel.policy.inference" in g["flywheel.rollout.engine"]  # the graph sees real imports
+    assert "flywheel.drivers.pipeline" in g["flywheel.cli"]  # and imports inside functions (the CLI's)
+    assert upward_imports(g, doc_layers(LAYOUT_DOC.read_text(encoding="utf-8"))) == []
+
+
+def test_envs_never_imports_flywheel():
+    envs = FLYWHEEL.parent / "envs"
+    found = sorted(f"{p.relative_to(envs.parent)}: {name}" for p in envs.rglob("*.py") for name in _external(p)
+                   if name.split(".")[0] == "flywheel")
+    assert len(list(envs.rglob("*.py"))) > 10 and found == []
 
 
 @pytest.mark.parametrize("folder", NO_DAGSTER)

@@ -13,6 +13,7 @@ from flywheel.core.decisions import StopRules
 from flywheel.core.prompting import PromptShape
 from flywheel.policy.dpo import DPOSettings
 from flywheel.policy.grpo import GRPOSettings
+from flywheel.policy.ray_session import RayOptions
 from flywheel.policy.sft import TrainConfig
 from flywheel.policy.vllm_server import ServerPool, VLLMServerConfig
 from flywheel.resources import (
@@ -24,7 +25,6 @@ from flywheel.resources import (
 )
 from flywheel.resources.fields import bounds_of, help_of
 from flywheel.rollout.engine import RolloutConfig
-from flywheel.rollout.ray_pool import RayOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 RESOURCES = tuple(cls for cls, _ in CLASSES.values())  # every configurable class, as docs/configuration.md lists
@@ -108,7 +108,7 @@ def test_bounds_are_read_from_the_fields_that_declare_them():
     assert bounds["max_new_tokens"] is dataclasses.fields(RolloutConfig)[1].metadata["bound"]
     assert bounds["max_train_steps"].allows(-1) and not bounds["max_train_steps"].allows(0)
     assert not bounds["train_limit"].allows(0) and bounds["iterations"].allows(0)
-    from flywheel.config.validation import ConfigurationError, check_options
+    from flywheel.core.validation import ConfigurationError, check_options
     with pytest.raises(ConfigurationError, match=r"policy\.max_new_tokens must be an integer in 1\.\.8192"):
         check_options({"max_new_tokens": 0}, bounds=bounds, where="policy.")
 
@@ -189,7 +189,7 @@ def _numeric(config) -> list[str]:
 
 
 def test_loop_and_ray_bounds_are_declared_on_their_fields_not_written_as_ifs():
-    from flywheel.config.validation import ConfigurationError
+    from flywheel.core.validation import ConfigurationError
     from flywheel.resources.ray_cluster import RayConfig
 
     assert {"patience", "min_samples_per_task", "max_samples_per_task", "history_decay",
@@ -215,7 +215,7 @@ def option_bound(config, name):
 
 
 def test_an_out_of_range_dpo_learning_rate_is_refused_in_one_line_naming_the_field_and_range():
-    from flywheel.config.validation import ConfigurationError
+    from flywheel.core.validation import ConfigurationError
     from flywheel.profile import profile_from_mapping
 
     with pytest.raises(ConfigurationError) as exc:
@@ -274,7 +274,7 @@ def test_every_numeric_field_of_every_resource_is_bounded(cls):
 
 
 def test_a_profile_s_teacher_and_curriculum_numbers_are_checked_when_it_loads():
-    from flywheel.config.validation import ConfigurationError
+    from flywheel.core.validation import ConfigurationError
     from flywheel.profile import profile_from_mapping
 
     with pytest.raises(ConfigurationError, match=r"teacher\.max_retries must be an integer in 0\.\.100, got -1"):

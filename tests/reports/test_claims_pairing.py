@@ -10,9 +10,9 @@ import subprocess
 import pytest
 
 from flywheel.config.presets import RESULTS_DIR, load_preset, parse_claim
-from flywheel.config.validation import ConfigurationError
 from flywheel.core.provenance import read_arm
 from flywheel.core.settings import REPO_ROOT
+from flywheel.core.validation import ConfigurationError
 from flywheel.reports.results import claims, commits_in_history, design
 
 

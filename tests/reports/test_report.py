@@ -1,4 +1,4 @@
-"""The tables across benchmarks (`flywheel report --paper`, the paper's Table 1) are built from the specs."""
+"""The tables across benchmarks (`flywheel report --all-benchmarks`, the paper's Table 1) are built from the specs."""
 
 import dataclasses
 from types import SimpleNamespace
@@ -11,7 +11,7 @@ from flywheel.config.presets import RESULTS_DIR, load_preset
 from flywheel.core import quality
 from flywheel.core.store import Store
 from flywheel.reports import paper
-from flywheel.reports.dashboard import paper_table
+from flywheel.reports.dashboard import all_benchmarks_table
 from flywheel.reports.render import render_committed
 from tests.fakes import BareSpec
 from tests.helpers import paper_arm as _arm
@@ -38,7 +38,7 @@ def _evaluate(db: Store, bench: str, split: str, v: float, k: int = 0) -> None:
                          "tokens_per_step": 1.0, "prompt_tokens_per_step": 1.0, "invalid_action_rate": 0.0})
 
 
-def test_paper_table_layout_and_average(tmp_path):
+def test_all_benchmarks_table_layout_and_average(tmp_path):
     db = Store(tmp_path / "s.duckdb")
     for bench, split, v in [("alfworld", "seen", 0.5), ("alfworld", "unseen", 0.25), ("scienceworld", "seen", 1.0),
                             ("scienceworld", "unseen", 0.0), ("webshop", "seen", 0.4), ("webshop", "unseen", 0.4)]:
@@ -48,7 +48,7 @@ def test_paper_table_layout_and_average(tmp_path):
     db.write_evaluation({"benchmark": "scienceworld", "iteration": 1, "split": "seen", "checkpoint_id": "c",
                          "episodes": 4, "errored": 0, "success_rate": 0.75, "avg_reward": 0.8, "mean_steps": 1.0,
                          "tokens_per_step": 1.0, "prompt_tokens_per_step": 1.0, "invalid_action_rate": 0.0})
-    table = paper_table(db).splitlines()
+    table = all_benchmarks_table(db).splitlines()
     assert table[0].startswith("| k | ALFWorld seen | ALFWorld unseen | ScienceWorld seen | ScienceWorld unseen | WebShop | average")
     assert table[2] == "| 0 | 50.0 | 25.0 | 100.0 | 0.0 | 40.0 | 43.0 |"
     assert table[3] == "| 1 | - | - | 75.0 | - | - | 75.0 (1/5 cols) |"
@@ -68,11 +68,11 @@ def test_a_registered_benchmark_gets_its_columns_from_its_spec(tmp_path, monkeyp
     _evaluate(db, "bare", "unseen", 0.5)
     _evaluate(db, "bare", "seen", 0.9)  # not an evaluation split of this benchmark: no column
     _evaluate(db, "webshop", "unseen", 0.25)
-    table = paper_table(db).splitlines()
+    table = all_benchmarks_table(db).splitlines()
     assert table[0] == ("| k | ALFWorld seen | ALFWorld unseen | Bare Bench | ScienceWorld seen | ScienceWorld unseen "
                         "| WebShop | average |")  # registry names in order: alfworld, bare, scienceworld, webshop
     assert table[2] == "| 0 | - | - | 50.0 | - | - | 25.0 | 37.5 (2/6 cols) |"
-    assert paper_table(db, metric="avg_reward").splitlines()[2] == "| 0 | - | - | 25.0 | - | - | 12.5 | 18.8 (2/6 cols) |"
+    assert all_benchmarks_table(db, metric="avg_reward").splitlines()[2] == "| 0 | - | - | 25.0 | - | - | 12.5 | 18.8 (2/6 cols) |"
 
     ck = {"k": 1, "checkpoint_id": "c", "buckets": [], "splits": {"unseen": {
         "success": quality.rate(1, 2), "reward": quality.bootstrap_ratio([0.5, 1.0], [1.0, 1.0]),

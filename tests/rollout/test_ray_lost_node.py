@@ -23,8 +23,8 @@ from dataclasses import replace
 import pytest
 
 from envs import get_benchmark
+from flywheel.policy.ray_session import RayOptions
 from flywheel.rollout.engine import RolloutConfig
-from flywheel.rollout.ray_pool import RayOptions
 from tests.helpers import ExpertGenerator, expected_pairs, play, rows, tasks_of
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs the `ray` extra (make test installs it)")

@@ -19,13 +19,14 @@ from dataclasses import replace
 import pytest
 
 from envs import get_benchmark
-from flywheel.config.validation import ConfigurationError
 from flywheel.core.prompting import PromptShape
+from flywheel.core.validation import ConfigurationError
 from flywheel.policy.inference import TransformersGenerator
+from flywheel.policy.ray_session import RayOptions
 from flywheel.resources import TransformersPolicy
 from flywheel.resources.ray_cluster import RayConfig
 from flywheel.rollout.engine import RolloutConfig, run_rollouts
-from flywheel.rollout.ray_pool import RayGenerator, RayOptions
+from flywheel.rollout.ray_pool import RayGenerator
 from tests.helpers import ExpertGenerator, expected_pairs, play, rows, tasks_of
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs the `ray` extra (make test installs it)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import psutil
 import pytest
 
-from flywheel.rollout.ray_pool import RayOptions, ray_session
+from flywheel.policy.ray_session import RayOptions, ray_session
 from tests.signal_support import parent_sigterm, sigterm_state
 
 pytestmark = pytest.mark.slow  # starts a Ray cluster per parameter (~15 s each on 2 cores)

@@ -5,6 +5,7 @@ import pytest
 from flywheel.core.store import Store
 from flywheel.teacher import OpenAITeacher, ScriptedTeacher, TeacherError
 from flywheel.teacher.base import TeacherRefused, apply_annotations
+from flywheel.teacher.scripted import pick_harder
 from tests.fakes import make_traj
 from tests.openai_stub import StubServer
 
@@ -124,3 +125,12 @@ def test_scripted_teacher_writes_plain_english_for_one_step_and_doubled_names():
     intent = describe_action("focus on baby baby dragonfly")  # ScienceWorld's own object name
     assert "the baby dragonfly" in intent and "baby baby" not in intent
     assert describe_action("move egg 1 to inventory") == "move the egg 1 to the inventory"
+
+
+def test_pick_harder_prefers_long_and_takes_turns():
+    cands = [{"kind": "a", "params": {"i": i}, "expected_length": n} for i, n in enumerate([2, 9, 3])] + \
+            [{"kind": "b", "params": {"j": j}, "expected_length": 8} for j in range(3)]
+    picked = pick_harder(cands, seed_lengths=[5, 5, 6], n=4)
+    assert [p["kind"] for p in picked] == ["a", "b", "a", "b"]
+    assert picked[0]["params"] == {"i": 1}  # the candidate longer than the seed median comes first
+    assert "seed median 5" in picked[0]["rationale"]

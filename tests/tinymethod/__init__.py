@@ -1,19 +1,19 @@
 """A method that exists only in the tests: the flywheel evaluated at K alone ("bpo-k-only").
 
 Why: it proves that a method is a value, as tests/tinybench proves it for a benchmark. Nothing in
-`flywheel/` names it; `register(METHOD)` adds it to `flywheel.config.methods.METHODS`, and from there the
+`flywheel/` names it; `register(METHOD)` adds it to `flywheel.orchestration.methods.METHODS`, and from there the
 presets, the stage planner, the Dagster job of each stage and the paper's tables take it like any other.
 
 What it is: BPO's stages (SFT, rollouts and the reward gate at every k) with one evaluation, of checkpoint K
 (saving the evaluations of k < K), and a larger SFT batch. Its own plan is a plain function of the stage
-plans in flywheel/config/methods.py; its place in the paper: Table 2's per-k rows and Table 4's last row.
+plans in flywheel/orchestration/methods.py; its place in the paper: Table 2's per-k rows and Table 4's last row.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from flywheel.config.methods import Method, PaperPlace, Stage, flywheel_plan
+from flywheel.orchestration.methods import Method, PaperPlace, Stage, flywheel_plan
 
 NAME = "bpo-k-only"
 

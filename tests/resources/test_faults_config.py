@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from envs.scienceworld import tasks as sw_tasks
-from flywheel.config.validation import ConfigurationError, check_data
 from flywheel.core.store import Store
+from flywheel.core.validation import ConfigurationError, check_data
 from flywheel.definitions import build_defs
 from flywheel.drivers.pipeline import run_flywheel
 from flywheel.orchestration.partitions import partition_key

@@ -4,10 +4,10 @@ given its jobs and placed in the paper's tables without a line of flywheel/ nami
 import pytest
 import yaml
 
-from flywheel.config import methods
-from flywheel.config.methods import METHODS, job_for, method_stages, register
 from flywheel.config.presets import load_preset
-from flywheel.config.validation import ConfigurationError
+from flywheel.core.validation import ConfigurationError
+from flywheel.orchestration import methods
+from flywheel.orchestration.methods import METHODS, job_for, method_stages, register
 from flywheel.reports import paper
 from tests.helpers import paper_arm as _arm
 from tests.helpers import paper_checkpoint as _ck

@@ -52,7 +52,7 @@ def check_benchmark_refs(refs: dict[str, str], *, where: str) -> None:
             raise ConfigurationError(f"{where}: benchmark {name!r} = {ref!r} does not load: {exc}") from None
 
 
-def check_budget(k: int, *, max_partition: int | None = None) -> int:
+def check_iterations_fit(k: int, *, max_partition: int | None = None) -> int:
     """K (iterations 0..K) must be >= 0 and, when the partition range is known, have a partition for every k."""
     if k < 0:
         raise ConfigurationError(
