@@ -14,8 +14,8 @@ from pathlib import Path
 
 from envs import check_env_options, configure_spec, get_benchmark
 from flywheel.config.presets import PRESETS_DIR
-from flywheel.core.metrics import markdown_table
-from flywheel.core.quality import wilson_interval
+from flywheel.core.metrics import markdown_table, success_cell
+from flywheel.core.quality import rate
 from flywheel.core.settings import DEFAULT_RUNS_DIR
 from flywheel.core.store import Store, check_store
 from flywheel.core.validation import (
@@ -271,9 +271,7 @@ def demo_table(store, benchmark: str) -> str:
     rows = []
     for r in store.evaluation_rows(benchmark):
         n = int(r["episodes"] or 0)
-        wins = round((r["success_rate"] or 0.0) * n)
-        lo, hi = wilson_interval(wins, n)
-        success = f"{100 * wins / n:.1f} [{100 * lo:.1f}, {100 * hi:.1f}] ({wins}/{n})" if n else "- (0/0)"
+        success = success_cell(rate(round((r["success_rate"] or 0.0) * n), n)) if n else "- (0/0)"
         rows.append({"checkpoint": f"k={r['iteration']}", "split": r["split"], "n": n,
                      "success % [95% CI] (s/n)": success, "avg reward": r["avg_reward"],
                      "mean steps": r["mean_steps"], "invalid actions": r["invalid_action_rate"],

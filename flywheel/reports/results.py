@@ -381,10 +381,10 @@ def run_source(preset: Preset, arm: str, k: int, shares_k0: bool) -> str:
     """Which component moves `arm`'s run at k: its rollouts (k > 0 of a method that samples), its k=0 training
     (a k=0 not shared with the other side), else evaluation alone (the same weights, or deterministic SFT from
     them: on one machine a k=0 retrained from the same examples is the same weights bit for bit)."""
-    plan = METHODS[preset.method(arm)]["plan"]
-    if k > 0 and plan not in ("control", "sft", "base"):
+    method = METHODS[preset.method(arm)]
+    if k > 0 and method.samples:
         return "rollouts"
-    return "evaluation" if shares_k0 or k > 0 or plan == "base" else "k0_training"
+    return "evaluation" if shares_k0 or k > 0 or not method.trains else "k0_training"
 
 
 def design(preset: Preset, records: dict[str, dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 from dataclasses import replace
 
 from flywheel.core.gate import dataset_problems, reward_gate
-from flywheel.core.metrics import markdown_table, summarize
+from flywheel.core.metrics import markdown_table, md_table, success_cell, summarize
+from flywheel.core.quality import rate
 from tests.fakes import make_traj
 
 
@@ -34,6 +35,15 @@ def test_summarize_excludes_errored_from_rates():
     assert s["mean_steps"] == 3
     assert s["prompt_tokens_per_step"] == 11.0
     assert "| 0.500 |" in markdown_table([s], ["success_rate"])
+
+
+def test_one_success_cell_and_one_table_writer():
+    """Every report, the paper's tables and the demo write a success rate and a table through these two."""
+    r = rate(57, 105)
+    assert success_cell(r) == "54.3 [44.8, 63.5] (57/105)"
+    assert success_cell(r, counts=False) == "54.3 [44.8, 63.5] (n=105)"
+    assert success_cell(rate(0, 0), counts=False) == success_cell(None, counts=False) == "-"
+    assert md_table(["k", "x"], [[0, "a"], [1, None]]) == "| k | x |\n|---|---|\n| 0 | a |\n| 1 | None |"
 
 
 def _with_invalid(tr, at: int, action: str):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from flywheel.cli import build_parser
+from flywheel.core.store import Store
 from flywheel.core.validation import ConfigurationError
-from flywheel.drivers.demo import demo_resources, demo_settings, validate_demo_args
+from flywheel.drivers.demo import demo_resources, demo_settings, demo_table, validate_demo_args
 from flywheel.drivers.demo_flags import DEMO_FIELDS
 
 
@@ -127,7 +128,6 @@ def test_the_demo_honours_continue_on_empty_gate(tmp_path, capsys, monkeypatch):
     import dagster as dg
 
     from flywheel.cli import main
-    from flywheel.core.store import Store
     from flywheel.policy.models import build_tiny_model
 
     tiny = str(build_tiny_model(tmp_path / "tiny", vocab_size=400))
@@ -190,3 +190,17 @@ def test_the_demo_s_profile_gives_the_ui_the_demo_s_resources_and_jobs(tmp_path,
     assert ui.resources["loop"].iterations == 3  # the profile's K (the default), not the demo's partitions
     for job in ("bootstrap_job", "iteration_job", "summary_job"):
         assert ui.resolve_job_def(job).get_job_snapshot_id() == ran.resolve_job_def(job).get_job_snapshot_id(), job
+
+
+def test_the_demo_table_writes_success_as_every_report_does(tmp_path):
+    """`flywheel report`'s table: success % [95% Wilson] (s/n) from the store, "- (0/0)" where no episode counted."""
+    db = Store(tmp_path / "s.duckdb")
+    for split, episodes, rate in (("seen", 3, 1 / 3), ("unseen", 0, 0.0)):
+        db.write_evaluation({"benchmark": "webshop", "iteration": 1, "split": split, "checkpoint_id": "c",
+                             "episodes": episodes, "errored": 0, "success_rate": rate, "avg_reward": 0.5,
+                             "mean_steps": 2.0, "tokens_per_step": 1.0, "prompt_tokens_per_step": 1.0,
+                             "invalid_action_rate": 0.0})
+    lines = demo_table(db, "webshop").splitlines()
+    assert lines[0].startswith("| checkpoint | split | n | success % [95% CI] (s/n) |")
+    assert lines[2].startswith("| k=1 | seen | 3 | 33.3 [6.1, 79.2] (1/3) | 0.500 |")
+    assert lines[3].startswith("| k=1 | unseen | 0 | - (0/0) |")

@@ -31,7 +31,7 @@ TOP_LEVEL = {"__init__", "cli", "definitions", "profile", "sensors"}
 NO_DAGSTER = ("core", "rollout", "policy", "curriculum", "teacher")
 # Test folders that name no package: the test benchmark, the entry points (cli, definitions, profile, sensors),
 # whole-chain runs and project-wide rules.
-TEST_SUPPORT_FOLDERS = {"tinybench", "entry", "e2e", "project"}
+TEST_SUPPORT_FOLDERS = {"tinybench", "tinymethod", "entry", "e2e", "project"}
 STORE_WRITES = ("upsert_", "write_", "delete_", "record_", "clear_", "claim_", "cache_put", "transaction")
 
 
