@@ -15,7 +15,7 @@ from pathlib import Path
 from envs import check_env_options, configure_spec, get_benchmark
 from flywheel.config.presets import PRESETS_DIR
 from flywheel.core.metrics import markdown_table, success_cell
-from flywheel.core.quality import rate
+from flywheel.core.quality import compare_iterations, rate
 from flywheel.core.settings import DEFAULT_RUNS_DIR
 from flywheel.core.store import Store, check_store
 from flywheel.core.validation import (
@@ -238,6 +238,8 @@ def run_demo(args: argparse.Namespace) -> int:
     print(f"\n## {args.benchmark}: success of checkpoint k=0 (SFT on seeds) vs k={args.iterations} "
           f"(+ reward-gated self-refinement)\n")
     print(closing_table(store, args.benchmark))
+    for line in paired_lines(store, args.benchmark):
+        print(line)
     print("\nsuccess: % of greedy evaluation episodes with a 95% Wilson interval and (successes/n); the same tasks "
           "for every checkpoint. A demo-sized n shows the chain runs, not whether k beats k-1: an experiment "
           "measures that.")
@@ -264,6 +266,28 @@ def closing_table(path: Path, benchmark: str) -> str:
         return demo_table(Store(path, read_only=True), benchmark)
     except Exception as exc:  # noqa: BLE001 - the closing lines report, they do not fail
         return f"(no table: the store {path} could not be read: {type(exc).__name__}: {' '.join(str(exc).split())})"
+
+
+def paired_lines(path: Path, benchmark: str) -> list[str]:
+    """Each checkpoint k > 0 against k-1 over the same evaluation tasks, per split: the paired difference in
+    success with its 95% paired bootstrap interval and the tasks gained and lost (`compare_iterations`, the
+    seen_success_vs_previous check's statistics); nothing when the store cannot be read."""
+    try:
+        store = Store(path, read_only=True)
+        evaluated = sorted({(int(r["iteration"]), r["split"]) for r in store.evaluation_rows(benchmark)})
+    except Exception:  # noqa: BLE001 - the closing table already said why it cannot read the store
+        return []
+    lines = []
+    for k, split in evaluated:
+        if k == 0 or (k - 1, split) not in evaluated:
+            continue
+        m = compare_iterations(store, benchmark, k, split=split).metadata
+        if "paired_tasks" in m:
+            lines.append(f"k={k} vs k={k - 1} on {split}, paired over the same {m['paired_tasks']} tasks: "
+                         f"{100 * m['paired_delta']:+.1f} points [{100 * m['paired_ci_low']:+.1f}, "
+                         f"{100 * m['paired_ci_high']:+.1f}] (95% paired bootstrap), {m['tasks_gained']} task(s) "
+                         f"gained, {m['tasks_lost']} lost")
+    return [""] + lines if lines else []
 
 
 def demo_table(store, benchmark: str) -> str:

@@ -32,7 +32,8 @@ QUIET = console("INFO")
 # What `stage_lines` reports of an asset, from its materialization's metadata, in this order (those present).
 SUMMARY_KEYS = ("trajectories", "train_steps", "train_loss", "train_seconds", "episodes_played", "tasks_with_a_success",
                 "candidates", "passed", "yield_per_100_episodes", "steps_before_cleaning", "steps_after_cleaning",
-                "seen_success_rate", "seen_episodes", "unseen_success_rate", "unseen_episodes")
+                "seen_successes", "seen_episodes", "unseen_successes", "unseen_episodes", "validation_successes",
+                "validation_episodes")
 
 
 # Exceptions no rerun can fix (the user changes something first); a full disk is one too (`disk_full`).
@@ -89,7 +90,7 @@ def stage_lines(result: dg.ExecuteInProcessResult) -> list[str]:
             shown = [f"{k} {_plain(meta[k].value)}" for k in SUMMARY_KEYS if k in meta]
             lines.append(f"   {data.materialization.asset_key.to_user_string()}: {', '.join(shown) or 'done'}")
         elif e.event_type_value == "ASSET_CHECK_EVALUATION":
-            verdict = data.metadata.get("verdict") or data.metadata.get("warning")
+            verdict = data.metadata.get("verdict")  # a WARN's own text is logged once, as a warning
             state = "passed" if data.passed else f"{data.severity.value}"
             lines.append(f"   check {data.check_name}: {state}" + (f" ({verdict.value})" if verdict else ""))
     return lines

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from flywheel.cli import build_parser
@@ -120,7 +122,7 @@ def test_model_tiny_is_built_for_the_demo_as_for_experiments(tmp_path, monkeypat
     assert "make ui" in out and "make experiment PRESET=cpu-scienceworld" in out and str(runs / "flywheel.duckdb") in out
 
 
-def test_the_demo_honours_continue_on_empty_gate(tmp_path, capsys, monkeypatch):
+def test_the_demo_honours_continue_on_empty_gate(tmp_path, capsys, monkeypatch, caplog):
     """The tiny model's gate is empty (it solves nothing): with the profile's `loop.continue_on_empty_gate`
     the demo trains and evaluates k=1 anyway and says so; its table has n and Wilson intervals. It ends by
     materializing the dashboard (flywheel_summary) into the instance `make ui` shows, and leaves its profile
@@ -135,6 +137,7 @@ def test_the_demo_honours_continue_on_empty_gate(tmp_path, capsys, monkeypatch):
                                  "policy: {max_length: 3072}\n")  # the tiny tokenizer's examples are long
     runs = tmp_path / "demo-runs"
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))  # as `make demo` sets it
+    caplog.set_level(logging.INFO, logger="flywheel")
     code = main(["--profile", profile, "demo", "--benchmark", "webshop", "--model", tiny, "--runs-dir", str(runs),
                  "--train-tasks", "1", "--eval-tasks", "1", "--max-steps", "2", "--samples", "1",
                  "--max-train-steps", "1", "--batch-size", "2", "--max-new-tokens", "8", "--parallel-envs", "2"])
@@ -143,6 +146,13 @@ def test_the_demo_honours_continue_on_empty_gate(tmp_path, capsys, monkeypatch):
     assert sorted({r["iteration"] for r in Store(runs / "flywheel.duckdb").evaluation_rows("webshop")}) == [0, 1]
     assert "empty reward gate(s), trained on anyway (loop.continue_on_empty_gate)" in out
     assert "| k=1 | unseen | 1 | 0.0 [0.0, 79.3] (0/1) |" in out
+    # Quiet: Dagster's console at WARNING, one line per asset and check instead of its progress lines.
+    assert " - dagster - INFO - " not in err and "Traceback" not in err
+    logged = caplog.text  # the demo's own log lines (stderr outside pytest)
+    assert "   sft_checkpoint: trajectories 1, train_steps " in logged and "   evaluation: unseen_successes 0, unseen_episodes 1" in logged
+    assert "   gated_dataset: tasks_with_a_success 0, candidates 1, passed 0" in logged
+    assert "   check gated_dataset_is_usable: WARN" in logged
+    assert "k=1 vs k=0 on unseen, paired over the same 1 tasks: +0.0 points" in out
     assert f"FLYWHEEL_PROFILE={runs / 'profile.yaml'} make ui" in out  # not the default runs/demo: named
     with dg.DagsterInstance.get() as instance:
         summary = instance.get_latest_materialization_event(dg.AssetKey("flywheel_summary"))
@@ -204,3 +214,25 @@ def test_the_demo_table_writes_success_as_every_report_does(tmp_path):
     assert lines[0].startswith("| checkpoint | split | n | success % [95% CI] (s/n) |")
     assert lines[2].startswith("| k=1 | seen | 3 | 33.3 [6.1, 79.2] (1/3) | 0.500 |")
     assert lines[3].startswith("| k=1 | unseen | 0 | - (0/0) |")
+
+
+def test_the_demo_closes_with_k_against_k_minus_1_paired_over_the_same_tasks(tmp_path):
+    """After the table: per split, k=1 - k=0 over the same tasks with its paired bootstrap interval and the
+    tasks gained and lost; a split only one checkpoint evaluated, or an unreadable store, adds nothing."""
+    from flywheel.core.trajectory import Trajectory
+    from flywheel.drivers.demo import paired_lines
+
+    db = Store(tmp_path / "s.duckdb")
+    for k, outcomes in ((0, [True, True, False, False]), (1, [True, False, True, True])):
+        db.write_trajectories([Trajectory(benchmark="b", split="seen", task_id=f"t{i}", source="policy",
+                                          iteration=k, success=ok) for i, ok in enumerate(outcomes)])
+        db.write_evaluation({"benchmark": "b", "iteration": k, "split": "seen", "checkpoint_id": f"c{k}",
+                             "episodes": 4, "success_rate": sum(outcomes) / 4})
+    db.write_evaluation({"benchmark": "b", "iteration": 1, "split": "unseen", "checkpoint_id": "c1",
+                         "episodes": 1, "success_rate": 0.0})
+    del db
+    lines = paired_lines(tmp_path / "s.duckdb", "b")
+    assert lines[0] == "" and len(lines) == 2  # a blank line, then seen only: unseen has no k=0
+    assert lines[1].startswith("k=1 vs k=0 on seen, paired over the same 4 tasks: +25.0 points [")
+    assert lines[1].endswith("(95% paired bootstrap), 2 task(s) gained, 1 lost")
+    assert paired_lines(tmp_path / "missing.duckdb", "b") == []
