@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 MODEL  := .cache/models/smollm2-135m
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 
-.PHONY: install model demo experiment test test-slow bench ui tensorboard lint clean
+.PHONY: install model demo experiment test test-slow bench ui tensorboard screenshots lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -58,13 +58,23 @@ test-slow: install
 bench: install model
 	$(PY) benchmarks/run_all.py $(BENCH_ARGS)
 
+# After `make demo`, the UI loads the demo's own profile (runs/demo/profile.yaml, written by the demo): its store,
+# runs, dashboard and resources. FLYWHEEL_PROFILE, when set (even empty: the defaults), wins.
+DEMO_PROFILE := runs/demo/profile.yaml
 ui: install $(DAGSTER_HOME)/dagster.yaml
-	$(VENV)/bin/dagster dev -h 127.0.0.1 -w workspace.yaml
+	@profile="$${FLYWHEEL_PROFILE-$(wildcard $(DEMO_PROFILE))}"; \
+	echo "code location flywheel.definitions from profile: $${profile:-(the defaults: runs/flywheel.duckdb)}"; \
+	FLYWHEEL_PROFILE="$$profile" $(VENV)/bin/dagster dev -h 127.0.0.1 -w workspace.yaml
 
 # Every checkpoint's loss curve (policy.report_to: tensorboard writes <checkpoint>/logs/) under RUNS (default runs).
 RUNS ?= runs
 tensorboard: install
 	$(VENV)/bin/tensorboard --logdir $(RUNS) --host 127.0.0.1 --port 6006
+
+# The UI screenshots of docs/dashboard.md (docs/img/) over a demo folder (DEMO_RUNS): needs Debian's chromium.
+DEMO_RUNS ?= runs/demo
+screenshots: install
+	$(PY) scripts/screenshots.py $(DEMO_RUNS) docs/img
 
 lint: install
 	$(VENV)/bin/ruff check flywheel envs tests benchmarks

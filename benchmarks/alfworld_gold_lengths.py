@@ -55,7 +55,8 @@ def main() -> None:
     write_json("alfworld_gold_lengths", {"rows": out})
 
 
-def expert_lengths(types: list[str] | None, train: int) -> None:
+def expert_lengths(types: list[str] | None, train: int, splits: tuple[str, ...] = ("train", "seen", "unseen"),
+                   out_name: str = "alfworld_expert_lengths") -> None:
     from envs.alfworld import AlfWorldSpec
     from envs.alfworld.tasks import load_tasks, resolve_task_types
 
@@ -65,7 +66,7 @@ def expert_lengths(types: list[str] | None, train: int) -> None:
     rows, out = [], []
     try:
         for kind in wanted:
-            for split in ("train", "seen", "unseen"):
+            for split in splits:
                 tasks = load_tasks(split, task_types=(kind,), limit=train if split == "train" else None)
                 if split == "unseen":
                     tasks = [t for t in tasks if t.task_id in unseen]
@@ -73,18 +74,18 @@ def expert_lengths(types: list[str] | None, train: int) -> None:
                 xs = sorted(len(r["actions"]) for r in records)
                 if not xs:
                     continue
-                q = statistics.quantiles(xs, n=10) if len(xs) > 1 else [xs[0]] * 9
+                q = statistics.quantiles(xs, n=20) if len(xs) > 1 else [xs[0]] * 19
                 row = {"type": kind, "split": split, "games": len(xs), "mean": round(statistics.mean(xs), 1),
-                       "median": statistics.median(xs), "p90": q[8], "max": xs[-1],
+                       "median": statistics.median(xs), "p90": q[17], "p95": q[18], "max": xs[-1],
                        "walkthrough_used": sum(r["source"] != "handcoded" for r in records)}
                 out.append(row)
-                rows.append([kind, split, len(xs), row["mean"], row["median"], round(row["p90"], 1), row["max"],
-                             row["walkthrough_used"]])
+                rows.append([kind, split, len(xs), row["mean"], row["median"], round(row["p90"], 1),
+                             round(row["p95"], 1), row["max"], row["walkthrough_used"]])
     finally:
         spec.close()
     print_table("ALFWorld expert path length (handcoded expert, walkthrough where it fails) per task type and split",
-                ["type", "split", "games", "mean", "median", "p90", "max", "walkthrough used"], rows)
-    write_json("alfworld_expert_lengths", {"train_games_per_type": train, "rows": out})
+                ["type", "split", "games", "mean", "median", "p90", "p95", "max", "walkthrough used"], rows)
+    write_json(out_name, {"train_games_per_type": train, "splits": list(splits), "rows": out})
 
 
 if __name__ == "__main__":
@@ -94,5 +95,9 @@ if __name__ == "__main__":
     ap.add_argument("--expert", action="store_true", help="the handcoded expert's path lengths (runs the games)")
     ap.add_argument("--types", nargs="*", default=None, help="task types or aliases (default: all six)")
     ap.add_argument("--train", type=int, default=24, help="training games per type, with --expert")
+    ap.add_argument("--splits", nargs="*", default=["train", "seen", "unseen"], choices=["train", "seen", "unseen"],
+                    help="splits measured, with --expert")
+    ap.add_argument("--out", default="alfworld_expert_lengths", help="results file name (under benchmarks/results), "
+                    "with --expert")
     args = ap.parse_args()
-    expert_lengths(args.types, args.train) if args.expert else main()
+    expert_lengths(args.types, args.train, tuple(args.splits), args.out) if args.expert else main()

@@ -50,7 +50,8 @@ def make_8b(out: Path, tokenizer_from: str) -> None:
 
 def rollouts(name: str, model_dir: str, episodes: int, max_steps: int, extra: list[str], vllm_python: str) -> None:
     from envs import get_benchmark
-    from flywheel.policy.vllm_server import ManagedVLLMGenerator, VLLMServer, VLLMServerConfig
+    from flywheel.policy.vllm_client import ManagedVLLMGenerator
+    from flywheel.policy.vllm_server import VLLMServer, VLLMServerConfig
     from flywheel.rollout.engine import RolloutConfig, run_rollouts
 
     cfg = VLLMServerConfig(python=vllm_python, extra_args=tuple(extra), max_model_len=4096,

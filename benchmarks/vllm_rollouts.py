@@ -29,7 +29,8 @@ from rollout_throughput import measure
 from envs import get_benchmark
 from flywheel.core.settings import REPO_ROOT, SMOLLM2_DIR
 from flywheel.policy.inference import TransformersGenerator
-from flywheel.policy.vllm_server import DEFAULT_PYTHON, ManagedVLLMGenerator, VLLMServer, VLLMServerConfig
+from flywheel.policy.vllm_client import ManagedVLLMGenerator
+from flywheel.policy.vllm_server import DEFAULT_PYTHON, VLLMServer, VLLMServerConfig
 
 PROBE = [[{"role": "user", "content": "You are in the kitchen. Your task is to find a non-living thing."}]]
 

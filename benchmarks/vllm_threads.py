@@ -29,7 +29,8 @@ from pathlib import Path
 from _common import machine, print_table, write_json
 
 from flywheel.core.settings import REPO_ROOT, SMOLLM2_DIR
-from flywheel.policy.vllm_server import DEFAULT_PYTHON, ManagedVLLMGenerator, VLLMServer, VLLMServerConfig
+from flywheel.policy.vllm_client import ManagedVLLMGenerator
+from flywheel.policy.vllm_server import DEFAULT_PYTHON, VLLMServer, VLLMServerConfig
 
 ENVIRONMENTS = {"auto": False, "both-cores": True}  # name -> VLLMServerConfig.cpu_all_cores
 WORDS = ("kitchen drawer cabinet countertop fridge microwave apple mug plate knife spoon shelf desk lamp "

@@ -1,4 +1,6 @@
-"""Command line: `python -m flywheel.cli {prepare-model,demo,experiment,report}`."""
+"""Command line: `python -m flywheel.cli {prepare-model,demo,experiment,report,...}`: the flags, and a thin
+function per command that imports its modules when it runs (so that `flywheel --help` stays fast); the demo's
+driver is flywheel/drivers/demo.py."""
 
 from __future__ import annotations
 
@@ -13,352 +15,26 @@ import time
 import warnings
 from pathlib import Path
 
-# The demo's settings: flag -> (resource section, field, the demo's value). The option itself (its help text
-# and bound) is declared once, on its resource field (flywheel/core/options.py); the flag's help and range
-# check are read from there (`demo_field_class`). `inference` rows apply to the in-process transformers
-# policy only. A value comes from the flag when it is given, else from the profile's section (so the demo
-# trains as the UI's runs of the same profile do), else from the demo's value here (`demo_settings`).
-#
-# The defaults are sized so that `make demo` (ScienceWorld's demo task types, SmolLM2-135M in float32,
-# the in-process transformers policy) runs the whole chain in about 15 minutes on a 2-core AVX2 CPU
-# (README "Two commands"). Measured there: an SFT step of 4 examples of ~550 tokens takes ~20-30 s;
-# generation is the larger cost: a prefill of 16 prompts x 450 tokens ~15-45 s and each generated token
-# ~0.3-1 s for the whole batch, so a generation "tick" (one env step of every episode in the batch) costs
-# ~max_new_tokens decode steps, and each generating asset (rollouts, two evaluations) costs ~max_steps ticks.
-# - 8 training tasks x 1 sample = 8 rollout episodes at temperature 0.7 (seeds from the same 8 tasks:
-#   ~70 SFT examples with the synthetic curriculum);
-# - 3 evaluation tasks per split (seen, unseen) = 6 greedy episodes per checkpoint, in one batch: a smoke
-#   test of the chain; its table prints n and Wilson intervals, and n=3 says how little it shows;
-# - 6 training tasks set aside for the promotion gate: 6 greedy episodes of k=1 and of k=0 after k=1's SFT;
-# - at most 5 env steps: the demo task types' shortcut gold paths are 3-5 steps;
-# - 6 SFT steps of 4 examples per checkpoint (24 of the ~70 examples), learning rate 3e-4 (a few steps
-#   must teach the answer format), examples of at most 768 tokens (longer ones are dropped; the demo's
-#   are ~450-650);
-# - 2 past steps in a prompt, each cut to 250 characters: prompts of ~350-550 tokens;
-# - 128 new tokens per step: the teacher's answers (thought, plan, action) are median ~110, p90 ~134
-#   tokens; generation stops at the action line, and an answer stuck in a loop stops there;
-# - 16 envs side by side: every episode of a generating asset in one batch;
-# - an empty reward gate does not stop the demo (it trains k=1 anyway and says so), so a first run
-#   shows every stage; a profile's `loop.continue_on_empty_gate: false` (or the flag) stops it there,
-#   as the sensor would.
-DEMO_FIELDS: dict[str, tuple[str, str, object]] = {
-    "train_tasks": ("envs", "train_limit", 8),
-    "eval_tasks": ("envs", "eval_limit", 3),
-    "validation_tasks": ("envs", "validation_tasks", 6),
-    "max_steps": ("envs", "max_steps", 5),
-    "samples": ("policy", "samples_per_task", 1),
-    "epochs": ("policy", "epochs", 3.0),
-    "lr": ("policy", "learning_rate", 3e-4),
-    "max_train_steps": ("policy", "max_train_steps", 6),
-    "batch_size": ("policy", "batch_size", 4),
-    "max_length": ("policy", "max_length", 768),
-    "max_new_tokens": ("policy", "max_new_tokens", 128),
-    "parallel_envs": ("policy", "parallel_envs", 16),
-    "history_window": ("policy", "history_window", 2),
-    "max_observation_chars": ("policy", "max_observation_chars", 250),
-    "dtype": ("inference", "dtype", "auto"),
-    "torch_threads": ("inference", "torch_threads", 0),
-    "stop_on_loop": ("inference", "stop_on_loop", True),
-    "continue_on_empty_gate": ("loop", "continue_on_empty_gate", True),
-}
-# Numeric flags checked against the bounds of the field named on the right (--iterations is loop.iterations).
-DEMO_OPTIONS = {"iterations": "iterations", **{flag: field for flag, (_, field, _) in DEMO_FIELDS.items()}}
-
-
-def demo_field_class(section: str) -> type:
-    """The resource class that declares a demo flag's field (its help text and bound)."""
-    from flywheel.resources import EnvResource, LoopResource, TransformersPolicy
-
-    return {"envs": EnvResource, "policy": TransformersPolicy, "inference": TransformersPolicy,
-            "loop": LoopResource}[section]
-
-
-def demo_bounds() -> dict:
-    """Option name -> bound, for every numeric demo flag (read from the fields' declarations)."""
-    from flywheel.resources.fields import bounds_of
-
-    sections = {"loop", *(section for section, _, _ in DEMO_FIELDS.values())}
-    return bounds_of(*{demo_field_class(s) for s in sections})
-
-
-def demo_settings(args: argparse.Namespace) -> dict[str, tuple[object, str]]:
-    """flag -> (value, where it came from: "flag", "profile" or "demo default"), for every DEMO_FIELDS row:
-    the flag if given, else the profile's field (an `inference` row reads the profile's `policy` section),
-    else the demo's default."""
-    sections = profile_of(args).sections
-    out: dict[str, tuple[object, str]] = {}
-    for flag, (section, field, default) in DEMO_FIELDS.items():
-        profile_section = sections.get("policy" if section == "inference" else section, {})
-        if getattr(args, flag) is not None:
-            out[flag] = (getattr(args, flag), "flag")
-        elif field in profile_section:
-            out[flag] = (profile_section[field], "profile")
-        else:
-            out[flag] = (default, "demo default")
-    return out
-
-
-def validate_demo_args(args: argparse.Namespace) -> None:
-    """Every numeric option within its bound and every benchmark option one the benchmark takes,
-    before any work (ConfigurationError names the flag or the valid options)."""
-    from flywheel.core.validation import check_benchmark, check_options, check_writable_dir
-
-    check_benchmark(args.benchmark, where="--benchmark", refs=profile_of(args).benchmark_refs)
-    check_writable_dir(Path(args.runs_dir), "--runs-dir")
-    settings = demo_settings(args)
-    values = {flag: value for flag, (value, _) in settings.items()} | {"iterations": args.iterations}
-
-    def named(flag: str) -> str:  # how the user gave the value: a flag, or a field of the profile
-        if flag in settings and settings[flag][1] == "profile":
-            section, field, _ = DEMO_FIELDS[flag]
-            return f"{profile_of(args).source}: {'policy' if section == 'inference' else section}.{field}"
-        return "--" + flag.replace("_", "-")
-
-    check_options({opt: values[flag] for flag, opt in DEMO_OPTIONS.items()}, bounds=demo_bounds(),
-                  names={opt: named(flag) for flag, opt in DEMO_OPTIONS.items()})
-    demo_options(args, _demo_spec(args))
-
 
 def profile_of(args: argparse.Namespace):
-    """The one configuration of this command: --profile, else $FLYWHEEL_PROFILE (read here, when the
-    command runs), else the built-in defaults; resolved once and kept on `args`. Fills the demo's
-    --runs-dir and --model from it when they were not given; the demo's model (`smollm2`, `tiny` or a
-    folder, from --model or the profile's `model`) becomes its folder, `args.model_name` keeps the name
-    (`tiny` is built under the demo's --runs-dir by `cmd_demo`, as an experiment builds it under its runs)."""
-    from flywheel.profile import PROFILE_ENV, Profile, load_profile, model_folder
+    """The command's profile, resolved once and kept on `args` (`flywheel.profile.profile_of`: --profile, else
+    $FLYWHEEL_PROFILE, else the built-in defaults)."""
+    from flywheel.profile import profile_of as command_profile
 
-    if not isinstance(args.profile, Profile):
-        args.profile = load_profile(args.profile if args.profile is not None else os.environ.get(PROFILE_ENV))
-        if getattr(args, "runs_dir", "absent") is None and args.cmd == "demo":
-            args.runs_dir = str(args.profile.runs_path / "demo")
-        if args.cmd == "demo":
-            args.model_name = args.model if args.model is not None else args.profile.model
-            args.model = model_folder(args.model_name, Path(args.runs_dir))
-        elif getattr(args, "model", "absent") is None:
-            args.model = args.profile.model_path()
-    return args.profile
-
-
-def _instance():
-    import dagster as dg
-
-    if os.environ.get("DAGSTER_HOME"):
-        Path(os.environ["DAGSTER_HOME"]).mkdir(parents=True, exist_ok=True)
-        return dg.DagsterInstance.get()  # runs show up in `dagster dev`
-    return dg.DagsterInstance.ephemeral()
-
-
-def demo_resources(args: argparse.Namespace, server_pool=None) -> dict:
-    """The profile's resources (backends, teacher, loop, every field the demo has no flag for), with the
-    demo's settings (`demo_settings`: a flag given, else the profile's field, else the demo's default)
-    and its own store and checkpoints under --runs-dir; `server_pool` keeps vLLM servers warm across the
-    demo's runs (`policy.keep_server`)."""
-    from flywheel.profile import resources_from_sections
-
-    profile = profile_of(args)
-    runs = Path(args.runs_dir)
-    spec = _demo_spec(args)
-    spec_options, env_options = demo_options(args, spec)
-    b = args.benchmark
-    sections = {name: dict(fields) for name, fields in profile.sections.items()}
-    envs = sections.setdefault("envs", {})
-    for name, value in (("task_types", demo_task_types(args, spec)), ("spec_options", spec_options),
-                        ("env_options", env_options)):  # this benchmark's entry; the profile's others stay
-        envs[name] = {**{k: v for k, v in envs.get(name, {}).items() if k != b}, **({b: value} if value else {})}
-    in_process = profile.policy_backend == "transformers"  # generation knobs of the in-process policy
-    settings = demo_settings(args)
-    for flag, (section, field, _) in DEMO_FIELDS.items():
-        if section == "inference":
-            if not in_process:
-                continue
-            section = "policy"
-        sections.setdefault(section, {})[field] = settings[flag][0]
-    if in_process:
-        sections["policy"].setdefault("max_batch_size", settings["parallel_envs"][0])
-    return resources_from_sections(sections, policy_backend=profile.policy_backend, where="demo",
-                           runs_dir=runs, model_path=args.model, iterations=profile.iterations,
-                           benchmark_refs=profile.benchmark_refs, server_pool=server_pool)
-
-
-def _demo_spec(args: argparse.Namespace):
-    from envs import get_benchmark
-
-    return get_benchmark(args.benchmark, refs=profile_of(args).benchmark_refs)
-
-
-def demo_task_types(args: argparse.Namespace, spec) -> list[str]:
-    """--task-types if given, else the profile's `envs.task_types` of the benchmark, else the benchmark's
-    own `demo_task_types` (none: all of its tasks)."""
-    if args.task_types is not None:
-        return list(args.task_types)
-    profile_types = profile_of(args).sections.get("envs", {}).get("task_types", {})
-    if args.benchmark in profile_types:
-        return list(profile_types[args.benchmark])
-    return list(getattr(spec, "demo_task_types", None) or ())
-
-
-def demo_options(args: argparse.Namespace, spec) -> tuple[dict, dict]:
-    """(spec options, env options) for the demo's benchmark.
-
-    The benchmark's own demo settings (`demo_spec_options`, `demo_env_options`: e.g. a small
-    model's compact prompt), then the profile's `envs.spec_options` / `envs.env_options` of the
-    benchmark, then --spec-option / --env-option, then the --prompt and --expert-path shorthands; an
-    option the benchmark does not take is a ConfigurationError that lists the ones it does.
-    """
-    from envs import check_env_options, configure_spec
-    from flywheel.core.validation import ConfigurationError
-
-    envs = profile_of(args).sections.get("envs", {})
-    spec_options = {**getattr(spec, "demo_spec_options", {}), **envs.get("spec_options", {}).get(args.benchmark, {}),
-                    **_key_values(args.spec_option, "--spec-option")}
-    env_options = {**getattr(spec, "demo_env_options", {}), **envs.get("env_options", {}).get(args.benchmark, {}),
-                   **_key_values(args.env_option, "--env-option")}
-    if args.prompt is not None:
-        spec_options["prompt"] = args.prompt
-    if args.expert_path is not None:
-        env_options["expert_path"] = args.expert_path
-    try:
-        configure_spec(spec, spec_options)
-        check_env_options(spec, env_options)
-    except ValueError as exc:
-        raise ConfigurationError(str(exc)) from None
-    return spec_options, env_options
-
-
-def _key_values(items: list[str] | None, flag: str) -> dict:
-    """KEY=VALUE pairs; a VALUE that reads as JSON (5, 0.5, true, null) is that value, else the string."""
-    import json
-
-    from flywheel.core.validation import ConfigurationError
-
-    options = {}
-    for item in items or ():
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigurationError(f"{flag} takes KEY=VALUE, got {item!r}")
-        try:
-            options[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key.strip()] = value
-    return options
+    return command_profile(args)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    validate_demo_args(args)  # first: before Dagster is even imported
-    from flywheel.core.store import check_store
-    from flywheel.core.validation import check_data
-    from flywheel.drivers.experiment import resolve_model
-    from flywheel.drivers.pipeline import GateBlocked, StageFailed, run_flywheel
-    from flywheel.policy.vllm_server import ServerPool
+    from flywheel.drivers.demo import run_demo
 
-    check_store(Path(args.runs_dir) / "flywheel.duckdb")  # a damaged or newer store: refused, nothing written
-    # The demo's tasks load (task types known, data there, archives whole) before any run or store is made.
-    check_data(args.benchmark, refs=profile_of(args).benchmark_refs,
-               task_types=tuple(demo_task_types(args, _demo_spec(args))) or None)
-
-    args.model = resolve_model(args.model_name, Path(args.runs_dir))  # `tiny`: built under --runs-dir once
-    started = time.monotonic()
-    pool = ServerPool()  # the demo owns the servers policy.keep_server keeps warm across its runs
-    resources = demo_resources(args, server_pool=pool)
-    logging.getLogger("flywheel.demo").info("demo settings: %s", ", ".join(
-        f"--{flag.replace('_', '-')} {value} ({source})" for flag, (value, source) in demo_settings(args).items()))
-    stopped, code, empty_gates = None, 0, []
-    try:
-        empty_gates = run_flywheel(args.benchmark, resources=resources, iterations=args.iterations,
-                                   instance=_ready_instance(), benchmark_refs=profile_of(args).benchmark_refs)
-    except GateBlocked as exc:  # nothing passed the reward gate: a measured result, reported as such
-        stopped = f"{exc} (no successful trajectory to refine on; the sensor would stop here too)"
-    except StageFailed as exc:  # the cause is the last line; exit 2 when no rerun can fix it as it is
-        stopped, code = str(exc), 1 if exc.retryable else 2
-    finally:
-        pool.stop_all()
-    minutes = (time.monotonic() - started) / 60
-    store = Path(args.runs_dir) / "flywheel.duckdb"
-    print(f"\n## {args.benchmark}: success of checkpoint k=0 (SFT on seeds) vs k={args.iterations} "
-          f"(+ reward-gated self-refinement)\n")
-    print(closing_table(store, args.benchmark))
-    print("\nsuccess: % of greedy evaluation episodes with a 95% Wilson interval and (successes/n); the same tasks "
-          "for every checkpoint. A demo-sized n shows the chain runs, not whether k beats k-1: an experiment "
-          "measures that.")
-    if empty_gates:
-        print(f"empty reward gate(s), trained on anyway (loop.continue_on_empty_gate): {'; '.join(empty_gates)}")
-    teacher = "scripted" if type(resources["teacher"]).__name__ == "ScriptedTeacherResource" else "openai-compatible"
-    print(f"\nwall time: {minutes:.1f} min; store: {store}; teacher: {teacher}; model: {args.model}")
-    profile = profile_of(args)
-    env = f"FLYWHEEL_PROFILE={profile.source} " if profile.source else ""
-    print(f"the same jobs in the Dagster UI (this demo's runs are listed there): {env}make ui   "
-          "(http://127.0.0.1:3000)")
-    print(f"a real experiment (n and paired intervals per checkpoint): {experiment_command(args.benchmark)}")
-    if stopped:
-        print(f"\nflywheel stopped early: {stopped}", file=sys.stderr)
-    return code
-
-
-def closing_table(path: Path, benchmark: str) -> str:
-    """The demo's closing table, or one line saying why it cannot be read: never what fails (a full disk or a
-    damaged store would otherwise hide the failure the demo stopped on behind a DuckDB traceback)."""
-    from flywheel.core.store import Store
-
-    if not path.is_file():
-        return "(no evaluation recorded)"
-    try:
-        return demo_table(Store(path, read_only=True), benchmark)
-    except Exception as exc:  # noqa: BLE001 - the closing lines report, they do not fail
-        return f"(no table: the store {path} could not be read: {type(exc).__name__}: {' '.join(str(exc).split())})"
-
-
-def demo_table(store, benchmark: str) -> str:
-    """Every evaluated checkpoint and split: success % [95% Wilson interval] (successes/n), reward, steps."""
-    from flywheel.core.metrics import markdown_table
-    from flywheel.core.quality import wilson_interval
-
-    rows = []
-    for r in store.evaluation_rows(benchmark):
-        n = int(r["episodes"] or 0)
-        wins = round((r["success_rate"] or 0.0) * n)
-        lo, hi = wilson_interval(wins, n)
-        success = f"{100 * wins / n:.1f} [{100 * lo:.1f}, {100 * hi:.1f}] ({wins}/{n})" if n else "- (0/0)"
-        rows.append({"checkpoint": f"k={r['iteration']}", "split": r["split"], "n": n,
-                     "success % [95% CI] (s/n)": success, "avg reward": r["avg_reward"],
-                     "mean steps": r["mean_steps"], "invalid actions": r["invalid_action_rate"],
-                     "errored (not in n)": r["errored"]})
-    cols = ["checkpoint", "split", "n", "success % [95% CI] (s/n)", "avg reward", "mean steps", "invalid actions",
-            "errored (not in n)"]
-    return markdown_table(rows, cols) if rows else "(no evaluation recorded)"
-
-
-def experiment_command(benchmark: str) -> str:
-    """`make experiment PRESET=...` for a preset of this benchmark (experiments/*.yaml), `cpu-<benchmark>` first."""
-    from flywheel.config.presets import PRESETS_DIR
-    from flywheel.core.validation import ConfigurationError, load_yaml
-
-    def benchmark_of(path: Path) -> object:
-        try:
-            return (load_yaml(path.read_text(), str(path)) or {}).get("benchmark")
-        except (ConfigurationError, AttributeError, OSError, UnicodeDecodeError):
-            return None  # a damaged preset is named when it is run, not in the demo's closing lines
-
-    names = sorted(p.stem for p in PRESETS_DIR.glob("*.yaml") if benchmark_of(p) == benchmark)
-    if not names:
-        return "make experiment PRESET=NAME (a preset of experiments/*.yaml; none runs this benchmark yet)"
-    names.sort(key=lambda n: n != f"cpu-{benchmark}")
-    return f"make experiment PRESET={names[0]}" + (f"   (other presets: {', '.join(names[1:])})" if names[1:] else "")
-
-
-def _ready_instance():
-    """The instance, with pool slots of dead runs (a killed SFT) freed; a live holder fails at once, naming it."""
-    from flywheel.orchestration.slots import check_pool_free
-
-    instance = _instance()
-    check_pool_free(instance, log=logging.getLogger("flywheel.orchestration.slots").warning)
-    return instance
+    return run_demo(args)
 
 
 def cmd_free_slots(args: argparse.Namespace) -> int:
     """Free the concurrency-pool slots of finished runs and of runs whose worker process is gone."""
-    from flywheel.orchestration.slots import pool_holders, release_dead_slots
+    from flywheel.orchestration.slots import command_instance, pool_holders, release_dead_slots
 
-    instance = _instance()
+    instance = command_instance()
     freed = release_dead_slots(instance)
     for h in pool_holders(instance):
         print(f"still holding {h.pools}: run {h.run_id} ({h.job} {h.partition or ''}, {h.status}, live pid(s) {h.alive})")
@@ -418,6 +94,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_experiment(args: argparse.Namespace) -> int:
     from flywheel.config.presets import RESULTS_DIR, load_preset
     from flywheel.drivers.experiment import run_experiment
+    from flywheel.orchestration.slots import ready_instance
     from flywheel.reports.render import write_report
 
     preset = load_preset(args.preset)  # a bad preset: one line naming the fix, exit 2 (see main)
@@ -434,7 +111,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         data = write_report(preset, runs=runs, results=results, keep_committed=True)
     else:
         started = time.monotonic()
-        data = run_experiment(preset, runs=runs, results=results, instance=_ready_instance(), arms=args.arms or None,
+        data = run_experiment(preset, runs=runs, results=results, instance=ready_instance(), arms=args.arms or None,
                               accept_k0_drift=args.accept_k0_drift,
                               on_arm_done=_commit_results(results) if args.commit_results else None)
         print(f"\nwall time this invocation: {(time.monotonic() - started) / 60:.1f} min")
@@ -555,7 +232,9 @@ class Parser(argparse.ArgumentParser):
     def format_help(self) -> str:
         for action in self._actions:
             if getattr(action, "field_ref", None) and "{field_help}" in (action.help or ""):
-                from flywheel.resources.fields import help_of  # only this parser's help needs the resources
+                # only this parser's help needs the resources (and so Dagster)
+                from flywheel.drivers.demo import demo_field_class
+                from flywheel.resources.fields import help_of
 
                 section, field = action.field_ref
                 action.help = action.help.replace("{field_help}", help_of(demo_field_class(section), field))
@@ -570,6 +249,8 @@ def _number(option: str, kind: type) -> object:
         try:
             return kind(text)
         except ValueError:
+            from flywheel.drivers.demo import demo_bounds
+
             raise argparse.ArgumentTypeError(f"must be {demo_bounds()[option].describe()}, got {text!r}") from None
 
     return parse
@@ -587,6 +268,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 def build_parser() -> argparse.ArgumentParser:
     from envs import DEFAULT_BENCHMARK, REGISTRY
     from flywheel.core.settings import PROFILE_ENV, SMOLLM2_DIR
+    from flywheel.drivers.demo_flags import DEMO_FIELDS
 
     parser = Parser(
         prog="flywheel", formatter_class=HelpFormatter,

@@ -27,14 +27,16 @@ Every field is declared once, in its resource class; an unknown field fails befo
 naming the valid ones. Experiment presets (`flywheel/config/presets.py`) are profiles plus arms and
 build their resources with `resources_from_sections` below.
 
-Nothing here reads the environment: the code location (`flywheel.definitions.defs`) and the CLI
-are the only places that read `$FLYWHEEL_PROFILE`, once, when they start.
+Nothing here reads the environment at import: the code location (`flywheel.definitions.defs`) and a
+command (`profile_of`, when the CLI runs it) are the only places that read `$FLYWHEEL_PROFILE`, once, when
+they start.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +50,7 @@ from flywheel.core.settings import (
     DEFAULT_ITERATIONS,
     DEFAULT_LOOP_CRON,
     DEFAULT_RUNS_DIR,
-    PROFILE_ENV,  # noqa: F401  (re-exported: flywheel.profile.PROFILE_ENV)
+    PROFILE_ENV,
     REPO_ROOT,
     SMOLLM2_DIR,
 )
@@ -156,13 +158,25 @@ class Profile:
         """The base model folder `model` names (see `model_folder`)."""
         return model_folder(self.model, self.runs_path)
 
-    def resources(self) -> dict[str, dg.ConfigurableResource]:
-        """The resources `build_defs` gets: store and checkpoints under runs_dir, the profile's fields."""
+    def resources(self, server_pool: ServerPool | None = None) -> dict[str, dg.ConfigurableResource]:
+        """The resources `build_defs` gets: store and checkpoints under runs_dir, the profile's fields;
+        `server_pool`: a driver's warm vLLM servers (`resources_from_sections`)."""
         return resources_from_sections(
             self.sections, policy_backend=self.policy_backend, where=self.source or "profile",
             runs_dir=self.runs_path, model_path=self.model_path(), iterations=self.iterations,
-            benchmark_refs=self.benchmark_refs, benchmarks=self.benchmarks,
+            benchmark_refs=self.benchmark_refs, benchmarks=self.benchmarks, server_pool=server_pool,
         )
+
+    def to_yaml(self) -> str:
+        """This profile as a profile file: `load_profile` of the text gives it back (the demo writes its own, which
+        `make ui` loads, so that the UI's code location has the demo's resources)."""
+        import yaml
+
+        refs = self.benchmark_refs
+        top = {"benchmarks": {b: refs.get(b) for b in self.benchmarks} if refs else list(self.benchmarks),
+               "iterations": self.iterations, "runs_dir": self.runs_dir, "model": self.model,
+               "policy_backend": self.policy_backend, "loop_cron": self.loop_cron}
+        return yaml.safe_dump({**top, **self.sections}, sort_keys=False)
 
 
 TOP_LEVEL = tuple(f.name for f in dataclasses.fields(Profile)
@@ -253,6 +267,14 @@ def load_profile(path: str | Path | None) -> Profile:
         return Profile()
     p = Path(path).expanduser()
     return profile_from_mapping(read_yaml(p), source=str(p))
+
+
+def profile_of(args: Any) -> Profile:
+    """The one configuration of a command (`args`: its parsed flags): --profile, else $FLYWHEEL_PROFILE (read
+    here, when the command runs), else the built-in defaults; resolved once and kept on `args.profile`."""
+    if not isinstance(args.profile, Profile):
+        args.profile = load_profile(args.profile if args.profile is not None else os.environ.get(PROFILE_ENV))
+    return args.profile
 
 
 # -- resources -------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import pytest
 
 from envs import get_benchmark
 from envs.alfworld import data as alf
+from flywheel.core import quality
 from flywheel.core.prompting import format_response
 from flywheel.core.store import Store
 from flywheel.core.trajectory import Step, Trajectory
@@ -148,3 +149,16 @@ def files_containing(root: Path, needle: bytes) -> list[str]:
 
 
 SCOPE = {"iteration": 0, "source": "policy", "split": "train"}
+
+
+def paper_checkpoint(k: int, wins: int, n: int = 10) -> dict:
+    """An evaluated checkpoint for the paper's tables that solved tasks t0..t(wins-1) of n (so any two pair up
+    exactly)."""
+    return {"k": k, "splits": {"unseen": {"success": quality.rate(wins, n),
+                                          "outcomes": {f"t{i}": i < wins for i in range(n)}}}}
+
+
+def paper_arm(arm: str, method: str, checkpoints: dict, start_from: str | None = None) -> dict:
+    """An arm as `flywheel.reports.paper.collect` lists it, on ScienceWorld."""
+    return {"preset": "p", "arm": arm, "benchmark": "scienceworld", "method": method, "history_mode": "fused",
+            "start_from": start_from, "checkpoints": checkpoints}

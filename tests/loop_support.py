@@ -71,15 +71,17 @@ class OraclePolicy(PolicyResource):
     store_path: str
     benchmark: str = BENCH
     fail_tasks: list[str] = []
+    extra_looks: int = 0  # looks on top of k+1: the second and later are no-progress steps the gate's cleaning cuts
 
     def generator(self, checkpoint_path, checkpoint_id):
         k = int(m.group(1)) if (m := re.search(r"-k(\d+)-", checkpoint_id)) else 0
         trajs = Store(self.store_path).load_trajectories(benchmark=self.benchmark, source="teacher")
         known = {t.initial_observation.strip(): t for t in trajs if t.task_id not in self.fail_tasks}
-        return OracleGenerator(known, looks=k + 1, model_id=checkpoint_id)
+        return OracleGenerator(known, looks=k + 1 + self.extra_looks, model_id=checkpoint_id)
 
 
-def loop_resources(root: str | Path, tiny: str, *, iterations: int = 1, fail_tasks=(), **loop) -> dict:
+def loop_resources(root: str | Path, tiny: str, *, iterations: int = 1, fail_tasks=(), extra_looks: int = 0,
+                   **loop) -> dict:
     root = Path(root)
     return {
         "store": StoreResource(path=str(root / "fw.duckdb")),
@@ -87,9 +89,11 @@ def loop_resources(root: str | Path, tiny: str, *, iterations: int = 1, fail_tas
         "policy": OraclePolicy(store_path=str(root / "fw.duckdb"), base_model_path=tiny,
                                checkpoints_dir=str(root / "ck"), epochs=1, max_train_steps=1, batch_size=2,
                                history_window=2, max_observation_chars=300, samples_per_task=2, parallel_envs=1,
-                               fail_tasks=list(fail_tasks)),
+                               fail_tasks=list(fail_tasks), extra_looks=extra_looks),
         "curriculum": CurriculumResource(synthesize=False),
-        "loop": LoopResource(benchmarks=[BENCH], iterations=iterations, **loop),
+        # The oracle's k+1 looks are what makes each gate's successes new; cleaning would cut them (loop.clean_successes
+        # is tested on its own: tests/e2e/test_tiny_benchmark.py, tests/rollout/test_replay.py).
+        "loop": LoopResource(benchmarks=[BENCH], iterations=iterations, **{"clean_successes": False, **loop}),
     }
 
 

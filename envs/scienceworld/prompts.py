@@ -6,6 +6,7 @@ The response format (Thought/Plan/Action) is added by the core prompt builder, n
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 SYSTEM_PROMPT = """\
 You are an agent in ScienceWorld, a text-based simulation of a house and its surroundings \
@@ -90,185 +91,61 @@ def _place(loc: str) -> str:
     return _the(re.sub(r"^(the\s+)?door\s+to\s+", "", loc.strip()))
 
 
-_RULES: list[tuple[re.Pattern[str], object]] = []
-
-
-def _rule(pattern: str):
-    def register(fn):
-        _RULES.append((re.compile(pattern + r"$"), fn))
-        return fn
-
-    return register
-
-
-@_rule(r"open (?:the )?door to (?P<x>.+)")
-def _open_door(x: str) -> str:
-    return f"open the door to {_place(x)} so I can go there"
-
-
-@_rule(r"open (?P<x>.+) door")
-def _open_named_door(x: str) -> str:
-    return f"open the {x} door so I can go through it"
-
-
-@_rule(r"close (?:the )?door to (?P<x>.+)")
-def _close_door(x: str) -> str:
-    return f"close the door to {_place(x)}"
-
-
-@_rule(r"go (?:to )?(?P<x>.+)")
-def _go(x: str) -> str:
-    return f"go to {_place(x)} to continue the task there"
-
-
-@_rule(r"teleport (?:to )?(?P<x>.+)")
-def _teleport(x: str) -> str:
-    return f"teleport straight to {_place(x)}"
-
-
-@_rule(r"focus on (?P<x>.+)")
-def _focus(x: str) -> str:
-    return f"commit to {_the(x)} as the answer object (focus is irreversible, so only on the right object)"
-
-
-@_rule(r"move (?P<x>.+) to (?P<y>.+)")
-def _move(x: str, y: str) -> str:
-    return f"move {_the(x)} to {_the(y)}"
-
-
-@_rule(r"pick up (?P<x>.+)")
-def _pick(x: str) -> str:
-    return f"pick up {_the(x)} and carry it with me"
-
-
-@_rule(r"put down (?P<x>.+)")
-def _put_down(x: str) -> str:
-    return f"put down {_the(x)} here"
-
-
-@_rule(r"look around")
-def _look_around() -> str:
-    return "look around to see what is in this room"
-
-
-@_rule(r"look at (?P<x>.+)")
-def _look_at(x: str) -> str:
-    return f"look at {_the(x)} closely"
-
-
-@_rule(r"look in (?P<x>.+)")
-def _look_in(x: str) -> str:
-    return f"look inside {_the(x)} to see what it holds"
-
-
-@_rule(r"examine (?P<x>.+)")
-def _examine(x: str) -> str:
-    return f"examine {_the(x)} to check its current state"
-
-
-@_rule(r"read (?P<x>.+)")
-def _read(x: str) -> str:
-    return f"read {_the(x)} for information"
-
-
-@_rule(r"open (?P<x>.+)")
-def _open(x: str) -> str:
-    return f"open {_the(x)} to get at what is inside"
-
-
-@_rule(r"close (?P<x>.+)")
-def _close(x: str) -> str:
-    return f"close {_the(x)}"
-
-
-@_rule(r"activate (?P<x>.+)")
-def _activate(x: str) -> str:
-    return f"turn on {_the(x)}"
-
-
-@_rule(r"deactivate (?P<x>.+)")
-def _deactivate(x: str) -> str:
-    return f"turn off {_the(x)}"
-
-
-@_rule(r"connect (?P<x>.+) to (?P<y>.+)")
-def _connect(x: str, y: str) -> str:
-    return f"connect {_the(x)} to {_the(y)} to build the circuit"
-
-
-@_rule(r"disconnect (?P<x>.+)")
-def _disconnect(x: str) -> str:
-    return f"disconnect {_the(x)} from the circuit"
-
-
-@_rule(r"use (?P<x>.*thermometer.*) on (?P<y>.+)")
-def _thermometer(x: str, y: str) -> str:
-    return f"measure the temperature of {_the(y)} with the thermometer"
-
-
-@_rule(r"use (?P<x>.+) on (?P<y>.+)")
-def _use_on(x: str, y: str) -> str:
-    return f"use {_the(x)} on {_the(y)}"
-
-
-@_rule(r"use (?P<x>.+)")
-def _use(x: str) -> str:
-    return f"use {_the(x)}"
-
-
-@_rule(r"pour (?P<x>.+) (?:into|in) (?P<y>.+)")
-def _pour(x: str, y: str) -> str:
-    return f"pour {_the(x)} into {_the(y)}"
-
-
-@_rule(r"dunk (?P<x>.+) (?:into|in) (?P<y>.+)")
-def _dunk(x: str, y: str) -> str:
-    return f"dunk {_the(x)} into {_the(y)}"
-
-
-@_rule(r"mix (?P<x>.+)")
-def _mix(x: str) -> str:
-    return f"mix what is in {_the(x)} so the ingredients combine"
-
-
-@_rule(r"eat (?P<x>.+)")
-def _eat(x: str) -> str:
-    return f"eat {_the(x)}"
-
-
-@_rule(r"flush (?P<x>.+)")
-def _flush(x: str) -> str:
-    return f"flush {_the(x)}"
-
-
-@_rule(r"wait\s*(?P<n>\d*)")
 def _wait(n: str) -> str:
     if n == "1":
         return "wait a single time step so the process can progress"
     return f"wait {n or 'ten'} time steps so the process can progress"
 
 
-@_rule(r"inventory")
-def _inventory() -> str:
-    return "check what I am carrying"
-
-
-@_rule(r"task")
-def _task() -> str:
-    return "re-read the task description"
-
-
-@_rule(r"(?P<n>\d+)")
-def _choose(n: str) -> str:
-    return f"choose option {n} from the list the environment offered"
+# (action pattern, intent phrase), first match wins. In a phrase, {x} is the matched text as written,
+# {the_x} the object with its article (`_the`), {place_x} a room without "door to" (`_place`); likewise y.
+_RULES: list[tuple[str, str | Callable[..., str]]] = [
+    (r"open (?:the )?door to (?P<x>.+)", "open the door to {place_x} so I can go there"),
+    (r"open (?P<x>.+) door", "open the {x} door so I can go through it"),
+    (r"close (?:the )?door to (?P<x>.+)", "close the door to {place_x}"),
+    (r"go (?:to )?(?P<x>.+)", "go to {place_x} to continue the task there"),
+    (r"teleport (?:to )?(?P<x>.+)", "teleport straight to {place_x}"),
+    (r"focus on (?P<x>.+)", "commit to {the_x} as the answer object (focus is irreversible, so only on the right object)"),
+    (r"move (?P<x>.+) to (?P<y>.+)", "move {the_x} to {the_y}"),
+    (r"pick up (?P<x>.+)", "pick up {the_x} and carry it with me"),
+    (r"put down (?P<x>.+)", "put down {the_x} here"),
+    (r"look around", "look around to see what is in this room"),
+    (r"look at (?P<x>.+)", "look at {the_x} closely"),
+    (r"look in (?P<x>.+)", "look inside {the_x} to see what it holds"),
+    (r"examine (?P<x>.+)", "examine {the_x} to check its current state"),
+    (r"read (?P<x>.+)", "read {the_x} for information"),
+    (r"open (?P<x>.+)", "open {the_x} to get at what is inside"),
+    (r"close (?P<x>.+)", "close {the_x}"),
+    (r"activate (?P<x>.+)", "turn on {the_x}"),
+    (r"deactivate (?P<x>.+)", "turn off {the_x}"),
+    (r"connect (?P<x>.+) to (?P<y>.+)", "connect {the_x} to {the_y} to build the circuit"),
+    (r"disconnect (?P<x>.+)", "disconnect {the_x} from the circuit"),
+    (r"use (?P<x>.*thermometer.*) on (?P<y>.+)", "measure the temperature of {the_y} with the thermometer"),
+    (r"use (?P<x>.+) on (?P<y>.+)", "use {the_x} on {the_y}"),
+    (r"use (?P<x>.+)", "use {the_x}"),
+    (r"pour (?P<x>.+) (?:into|in) (?P<y>.+)", "pour {the_x} into {the_y}"),
+    (r"dunk (?P<x>.+) (?:into|in) (?P<y>.+)", "dunk {the_x} into {the_y}"),
+    (r"mix (?P<x>.+)", "mix what is in {the_x} so the ingredients combine"),
+    (r"eat (?P<x>.+)", "eat {the_x}"),
+    (r"flush (?P<x>.+)", "flush {the_x}"),
+    (r"wait\s*(?P<n>\d*)", _wait),
+    (r"inventory", "check what I am carrying"),
+    (r"task", "re-read the task description"),
+    (r"(?P<n>\d+)", "choose option {n} from the list the environment offered"),
+]
+_COMPILED = [(re.compile(pattern + "$"), phrase) for pattern, phrase in _RULES]
 
 
 def describe_action(action: str) -> str:
     """A short intent phrase for an action, e.g. "open door to kitchen" ->
     "open the door to the kitchen so I can go there" (fits "Next I need to <intent>.")."""
     text = normalize_action(action)
-    for pattern, fn in _RULES:
+    for pattern, phrase in _COMPILED:
         match = pattern.match(text)
         if match:
-            return fn(**match.groupdict())  # type: ignore[operator]
+            groups = match.groupdict()
+            if callable(phrase):
+                return phrase(**groups)
+            return phrase.format(**groups, **{f"the_{k}": _the(v) for k, v in groups.items()},
+                                 **{f"place_{k}": _place(v) for k, v in groups.items()})
     return f"try '{text}'" if text else "act"

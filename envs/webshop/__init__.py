@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from envs.base import StepView, Task
-from envs.webshop.catalog import CATALOG_ORIGINAL, CATALOG_STANDIN, Catalog, load_catalog
+from envs.webshop.catalog import load_catalog
 from envs.webshop.env import WebShopEnv, goal_index
 from envs.webshop.oracle import OraclePlan, plan
+from envs.webshop.products import CATALOG_ORIGINAL, CATALOG_STANDIN, Catalog
 from envs.webshop.prompts import describe_action, normalize_action, system_prompt
 
 if TYPE_CHECKING:

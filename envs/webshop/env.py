@@ -25,7 +25,8 @@ from typing import Any
 
 from envs.base import EnvError, StepResult, Task
 from envs.webshop import pages
-from envs.webshop.catalog import Catalog, Goal, load_catalog
+from envs.webshop.catalog import load_catalog
+from envs.webshop.products import Catalog, Goal
 from envs.webshop.reward import get_reward, spacy_model_name, title_noun_function
 
 _ACTION_RE = re.compile(r"^\s*([A-Za-z_]+)\s*\[(.*)\]\s*$", re.S)

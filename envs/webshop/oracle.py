@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from envs.webshop.catalog import Catalog, Goal, Product
+from envs.webshop.products import Catalog, Goal, Product
 from envs.webshop.reward import normalize_color, token_set_ratio
 from envs.webshop.search import SearchEngine
 

@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from envs.webshop.catalog import Product
+from envs.webshop.products import Product
 
 SEP = " [SEP] "
 BACK_TO_SEARCH = "Back to Search"

@@ -18,7 +18,7 @@ import bm25s
 import numpy as np
 
 if TYPE_CHECKING:
-    from envs.webshop.catalog import Product
+    from envs.webshop.products import Product
 
 K1 = 0.9
 B = 0.4

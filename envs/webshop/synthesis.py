@@ -32,9 +32,10 @@ from typing import Any
 
 from envs.base import Env, EnvError, Task
 from envs.webshop import MAX_STEPS, pages
-from envs.webshop.catalog import Catalog, Goal, Product, load_catalog
+from envs.webshop.catalog import load_catalog
 from envs.webshop.env import WebShopEnv
 from envs.webshop.oracle import plan
+from envs.webshop.products import Catalog, Goal, Product
 from envs.webshop.reward import get_attribute_reward, get_reward, price_upper_for
 
 MAX_ATTRIBUTES = 3

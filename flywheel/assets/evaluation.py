@@ -82,10 +82,12 @@ def evaluation(
 
 def rate_entries(rows: list[dict], bucket_rows: list[dict]) -> dict[str, float | int]:
     """The floats Dagster plots per materialization: success and reward per split, success per complexity bucket,
-    with each bucket's episodes. A rate over 0 episodes is left out (Dagster would plot it as a real 0)."""
+    with each split's and bucket's episodes (and a split's successes). A rate over 0 episodes is left out (Dagster would plot it as a real 0)."""
     out: dict[str, float | int] = {}
     for r in rows:
+        out[f"{r['split']}_episodes"] = int(r.get("episodes") or 0)
         if r.get("episodes"):
+            out[f"{r['split']}_successes"] = round(float(r["success_rate"]) * int(r["episodes"]))
             out[f"{r['split']}_success_rate"] = float(r["success_rate"])
             out[f"{r['split']}_avg_reward"] = float(r["avg_reward"])
     for r in bucket_rows:

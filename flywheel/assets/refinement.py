@@ -7,15 +7,20 @@ re-run (op retry, run retry, manual) plays only the missing (task, sample) pairs
 
 `gated_dataset(b,k)` keeps successful, non-errored trajectories whose action sequence is
 new for the task (vs seeds and earlier gates), optionally capped per task, and records
-what the iteration added in the `iterations` table (the loop's decision comes later).
+what the iteration added in the `iterations` table (the loop's decision comes later). With
+`loop.clean_successes` each success first loses its no-progress steps where a replay in the env
+verifies the cut (`flywheel.rollout.replay`), and only each task's shortest successes pass; what was
+cut is in the store's `gate_cleaning` table.
 """
 
 
 import dagster as dg
 
+from envs.base import Task
 from flywheel.assets._checkpoints import promoted_checkpoint
 from flywheel.assets._common import metadata_table, progress_logger, rounded
 from flywheel.assets.training import gated_trajectories, sft_checkpoint
+from flywheel.core.cleaning import shortest_per_task
 from flywheel.core.gate import EMPTY_PROBLEM, dataset_problems, reward_gate, without_invalid_steps
 from flywheel.core.metrics import summarize
 from flywheel.core.prompting import writes_plans
@@ -25,13 +30,16 @@ from flywheel.core.sampling import (
     history_from_rows,
     jobs_from_allocation,
     task_stats_rows,
+    teaching_weights,
 )
+from flywheel.core.trajectory import Trajectory
 from flywheel.core.validation import check_options
 from flywheel.orchestration.failures import fail_once, fails_once, mark_run_not_retryable
 from flywheel.orchestration.partitions import flywheel_partitions, keys_of
 from flywheel.resources import EnvResource, LoopResource, PolicyResource, StoreResource
 from flywheel.resources.fields import bounds_of
 from flywheel.rollout.engine import resume_rollouts
+from flywheel.rollout.replay import Cleaned, clean_successes
 
 # A failed rollouts step (generator OOM, a JVM that will not start, a killed worker thread)
 # is retried in the same run; it resumes from the episodes already in DuckDB.
@@ -70,9 +78,11 @@ def rollouts(
     if loop.adaptive_sampling and k > 0:
         history = history_from_rows(db.task_stats(benchmark, before_iteration=k).iter_rows(named=True),
                                     before_iteration=k, decay=loop.history_decay)
+    weights, caps = (teaching_weights(ids, history, policy.samples_per_task) if loop.sampling_rule == "teaching"
+                     else (None, None))
     allocation = (
         allocate_attempts(ids, history, total, min_per_task=min(loop.min_samples_per_task, policy.samples_per_task),
-                          max_per_task=loop.max_samples_per_task)
+                          max_per_task=loop.max_samples_per_task, weights=weights, caps=caps)
         if loop.adaptive_sampling else dict.fromkeys(ids, policy.samples_per_task)
     )
     jobs = jobs_from_allocation(tasks, allocation)
@@ -96,6 +106,7 @@ def rollouts(
         "checkpoint_id": ckpt["checkpoint_id"], "checkpoint_iteration": ckpt["iteration"], "episodes_total": len(jobs), "episodes_resumed": plan.resumed,
         "episodes_played": len(plan.todo),
         "sampling": "adaptive" if loop.adaptive_sampling and history else "uniform",
+        "sampling_rule": loop.sampling_rule if loop.adaptive_sampling else "none",
         "attempts_min": min(allocation.values(), default=0), "attempts_max": max(allocation.values(), default=0),
         "tasks_with_a_success": sum(1 for r in per_task if r["successes"]),
         "attempts_by_task": metadata_table(
@@ -108,8 +119,10 @@ def rollouts(
 
 @dg.asset(partitions_def=flywheel_partitions, group_name="flywheel", deps=[rollouts], kinds={"duckdb"})
 @fails_once
-def gated_dataset(context: dg.AssetExecutionContext, store: StoreResource, loop: LoopResource) -> dg.MaterializeResult:
-    """Only successful, non-errored, new (task, action sequence) trajectories pass."""
+def gated_dataset(context: dg.AssetExecutionContext, store: StoreResource, loop: LoopResource,
+                  envs: EnvResource) -> dg.MaterializeResult:
+    """Only successful, non-errored, new (task, action sequence) trajectories pass; with
+    `loop.clean_successes`, each without its no-progress steps (verified by replay), the shortest per task."""
     benchmark, k = keys_of(context)
     db = store.get()
     # This run evaluates the check too (a run that names no checks runs those of its assets): its verdict
@@ -124,10 +137,23 @@ def gated_dataset(context: dg.AssetExecutionContext, store: StoreResource, loop:
         candidates = [without_invalid_steps(t) for t in candidates]
     seeds = db.load_trajectories(benchmark=benchmark, source="teacher") if loop.gate_drops_seed_repeats else []
     already = [(t.task_id, t.actions) for t in earlier + seeds]
+    cleaned = clean(candidates, envs, benchmark) if loop.clean_successes else {}
+    candidates = [cleaned[t.traj_id].trajectory if t.traj_id in cleaned else t for t in candidates]
     passed, stats = reward_gate(candidates, already=already)
+    shortest, _ = shortest_per_task([c.trajectory for c in cleaned.values()])
+    keep = {t.traj_id for t in shortest} if loop.clean_successes else {t.traj_id for t in passed}
+    longer = sum(t.traj_id not in keep for t in passed)
+    passed = [t for t in passed if t.traj_id in keep]
     earlier_by_task = db.gated_counts_by_task(benchmark, up_to_iteration=k - 1) if k > 0 else {}
     passed, capped = cap_per_task(passed, earlier_by_task, loop.max_gated_per_task)
     db.write_gated(benchmark, k, [(t.traj_id, t.task_id) for t in passed], candidates=stats.candidates)
+    admitted = {t.traj_id for t in passed}
+    db.write_gate_cleaning(benchmark, k, [
+        {"traj_id": i, "task_id": c.trajectory.task_id, "steps_before": c.steps_before, "steps_after": c.steps_after,
+         "kept": c.kept, "outcome": c.outcome, "admitted": i in admitted} for i, c in cleaned.items()])
+    before = sum(cleaned[t.traj_id].steps_before for t in passed if t.traj_id in cleaned)
+    after = sum(cleaned[t.traj_id].steps_after for t in passed if t.traj_id in cleaned)
+    outcomes = [c.outcome for c in cleaned.values()]
     gated_total = len(earlier) + len(passed)
     db.record_gate_stats(benchmark, k, candidates=stats.candidates, new_unique_successes=len(passed),
                          gated_total=gated_total, capped_dropped=capped)
@@ -138,9 +164,29 @@ def gated_dataset(context: dg.AssetExecutionContext, store: StoreResource, loop:
         "capped_dropped": capped, "max_gated_per_task": loop.max_gated_per_task or "none",
         "new_unique_successes": len(passed), "gated_total": gated_total,
         "pass_rate": len(passed) / max(stats.candidates, 1),
+        "yield_per_100_episodes": 100 * len(passed) / max(stats.candidates, 1),
+        "cleaning": "on" if loop.clean_successes else "off",
+        "steps_before_cleaning": before, "steps_after_cleaning": after,
+        "cuts_verified": outcomes.count("cut"), "cuts_rejected_by_replay": outcomes.count("rejected"),
+        "longer_than_shortest_dropped": longer,
         "tasks_with_a_success": len({t.task_id for t in passed}),
         "training_set_next_iteration": f"sft_checkpoint {benchmark}|{k + 1} reads these rows from the store",
     }))
+
+
+def clean(candidates: list[Trajectory], envs: EnvResource, benchmark: str) -> dict[str, Cleaned]:
+    """traj_id -> `Cleaned` for each ok success of `candidates` (its cut replayed in the benchmark's env)."""
+    successes = [t for t in candidates if t.status == "ok" and t.success]
+    if not successes:
+        return {}
+    tasks: dict[str, Task] = {}
+
+    def task_of(task_id: str) -> Task:  # the training tasks are loaded once, and only if a cut needs a replay
+        if not tasks:
+            tasks.update((t.task_id, t) for t in envs.tasks(benchmark, "train"))
+        return tasks[task_id]
+
+    return {c.trajectory.traj_id: c for c in clean_successes(successes, task_of, envs.env_factory(benchmark))}
 
 
 # The blocking check's key, the same over any partitions (build_defs builds the check over the profile's).

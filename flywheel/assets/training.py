@@ -29,6 +29,7 @@ from flywheel.assets._checkpoints import (
     reusable_checkpoint,
 )
 from flywheel.assets.curriculum import synthetic_curriculum
+from flywheel.core.cleaning import apply_cut
 from flywheel.core.decisions import gate_allows_next, gate_refusal
 from flywheel.core.gate import without_invalid_steps
 from flywheel.core.metrics import answer_lengths
@@ -63,7 +64,14 @@ def gated_trajectories(db: Store, ids: list[str], *, drop_invalid_steps: bool) -
     env rejected when `drop_invalid_steps` (`LoopResource.gate_drops_invalid_steps`, whose default is the one
     default: callers pass the loop's value, so this takes none)."""
     trajs = db.load_trajectories(ids) if ids else []
-    return [without_invalid_steps(t) for t in trajs] if drop_invalid_steps else trajs
+    trajs = [without_invalid_steps(t) for t in trajs] if drop_invalid_steps else trajs
+    cuts = db.kept_steps(ids)  # the gate's verified cuts (flywheel.core.cleaning), on the trajectory as it compared it
+    for t in trajs:
+        if t.traj_id in cuts and cuts[t.traj_id][0] != len(t.steps):
+            raise ValueError(f"{t.traj_id}: the gate cut it as a trajectory of {cuts[t.traj_id][0]} steps, here it has "
+                             f"{len(t.steps)}: loop.gate_drops_invalid_steps changed since gated_dataset ran; set it "
+                             "back, or materialize gated_dataset again")
+    return [apply_cut(t, cuts[t.traj_id][1]) if t.traj_id in cuts else t for t in trajs]
 
 
 def training_set(

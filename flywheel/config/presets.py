@@ -158,9 +158,13 @@ def load_preset(name_or_path: str) -> Preset:
             if method.get(name) and (method[name] not in preset.arms or method[name] == arm):
                 raise ConfigurationError(f"{path}: arm {arm!r}: method.{name} {method[name]!r} must name another "
                                          f"arm of the preset ({', '.join(a for a in preset.arms if a != arm)})")
-        if preset.method(arm) == "sft-control" and not method.get("controls"):
-            raise ConfigurationError(f"{path}: arm {arm!r} (method sft-control) needs method.controls: the arm "
-                                     "whose SFT steps it trains at each k")
+        equal_steps = METHODS[preset.method(arm)].equal_steps
+        if equal_steps != bool(method.get("controls")):
+            raise ConfigurationError(
+                f"{path}: arm {arm!r} (method {preset.method(arm)}) needs method.controls: the arm whose SFT steps it "
+                "trains at each k" if equal_steps else f"{path}: arm {arm!r}: method.controls is for a method that "
+                f"trains as many steps as another arm ({', '.join(m for m in METHODS if METHODS[m].equal_steps)}); "
+                f"method {preset.method(arm)} does not: drop it")
     arm_order(preset, list(preset.arms))  # no cycle of start_from / controls
     return preset
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import dagster as dg
 
+from flywheel.core.metrics import md_table
 from flywheel.core.settings import REPO_ROOT
 from flywheel.resources import (
     CurriculumResource,
@@ -33,18 +34,10 @@ from flywheel.resources.ray_cluster import RayConfig
 DOC = REPO_ROOT / "docs" / "configuration.md"
 # class name -> (class, the class whose fields it inherits and whose table already lists them)
 CLASSES: dict[str, tuple[type, type | None]] = {
-    "EnvResource": (EnvResource, None),
-    "PolicyResource": (PolicyResource, None),
-    "TransformersPolicy": (TransformersPolicy, PolicyResource),
-    "ManagedVLLMPolicy": (ManagedVLLMPolicy, PolicyResource),
-    "OpenAICompatiblePolicy": (OpenAICompatiblePolicy, PolicyResource),
-    "RayConfig": (RayConfig, None),
-    "LoopResource": (LoopResource, None),
-    "CurriculumResource": (CurriculumResource, None),
-    "MethodResource": (MethodResource, None),
-    "ScriptedTeacherResource": (ScriptedTeacherResource, None),
-    "OpenAITeacherResource": (OpenAITeacherResource, None),
-    "StoreResource": (StoreResource, None),
+    cls.__name__: (cls, PolicyResource if issubclass(cls, PolicyResource) and cls is not PolicyResource else None)
+    for cls in (EnvResource, PolicyResource, TransformersPolicy, ManagedVLLMPolicy, OpenAICompatiblePolicy, RayConfig,
+                LoopResource, CurriculumResource, MethodResource, ScriptedTeacherResource, OpenAITeacherResource,
+                StoreResource)
 }
 BLOCK = re.compile(r"(<!-- options: (\w+) -->\n)(.*?)(<!-- /options -->)", re.S)
 
@@ -71,7 +64,7 @@ def shown_default(info: Any) -> str:
 
 def option_table(cls: type, inherited: type | None = None) -> str:
     """field | default | meaning, for every configurable field of `cls` (minus those `inherited` lists)."""
-    rows = ["| field | default | meaning |", "|---|---|---|"]
+    rows = []
     skip = set(inherited.model_fields) if inherited else set()
     for name, info in cls.model_fields.items():
         if name in skip or name == "server_pool":  # server_pool: the driver's live pool, not configuration
@@ -80,8 +73,8 @@ def option_table(cls: type, inherited: type | None = None) -> str:
         meaning = (info.description or "").replace("|", "\\|")
         if extra.get("bound") is not None:
             meaning += f" ({extra['bound'].describe()})"
-        rows.append(f"| `{name}` | {shown_default(info)} | {meaning} |")
-    return "\n".join(rows) + "\n"
+        rows.append([f"`{name}`", shown_default(info), meaning])
+    return md_table(["field", "default", "meaning"], rows) + "\n"
 
 
 def render(text: str) -> str:

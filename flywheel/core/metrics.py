@@ -50,13 +50,32 @@ def answer_lengths(tokens: Sequence[int], cap: int) -> dict[str, Any]:
             "at_cap": sum(n >= cap for n in ordered)}
 
 
+def pct(x: float | None) -> str:
+    """A rate in percent with one decimal (`0.543` -> `54.3`); "-" for none."""
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def success_cell(r: dict[str, Any] | None, *, counts: bool = True) -> str:
+    """A success rate as every table writes it: percent [95% interval] (successes/n), `54.3 [44.1, 64.2] (57/105)`;
+    `counts=False` writes (n=105) instead and "-" where nothing was measured. `r` has n, rate, ci_low, ci_high
+    (and successes), as `flywheel.core.quality.rate` returns."""
+    if not counts:
+        return "-" if not r or not r["n"] else f"{pct(r['rate'])} [{pct(r['ci_low'])}, {pct(r['ci_high'])}] (n={r['n']})"
+    return f"{pct(r['rate'])} [{pct(r['ci_low'])}, {pct(r['ci_high'])}] ({r['successes']}/{r['n']})"
+
+
+def md_table(header: Sequence[Any], rows: Sequence[Sequence[Any]]) -> str:
+    """A markdown table: a header row, its rule, then one row per list of cells (each written with str)."""
+    lines = ["| " + " | ".join(str(h) for h in header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])
+
+
 def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    """`md_table` over dicts: one column per key in `columns`, floats with three decimals."""
     def fmt(v: Any) -> str:
         return f"{v:.3f}" if isinstance(v, float) else str(v)
 
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)
+    return md_table(columns, [[fmt(r.get(c, "")) for c in columns] for r in rows])
 
 
 def display_name(spec: BenchmarkSpec) -> str:

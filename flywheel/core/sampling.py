@@ -5,6 +5,10 @@ more rollouts, one it always solved gets fewer, and the total stays fixed (so an
 iteration costs the same). Weights are the posterior failure probability under a Beta
 prior, `1 - (successes + a) / (attempts + a + b)`; a task never tried has weight 0.5 with
 the default prior, so iteration 0 (no history) is exactly uniform.
+
+`teaching_weights` (the default rule, `loop.sampling_rule`) spends attempts where they teach instead:
+a task sometimes solved gets the most, one always solved the fewest, one never solved the uniform
+share at most (a bounded budget: its attempts rarely pay off).
 """
 
 from __future__ import annotations
@@ -29,13 +33,16 @@ def allocate_attempts(
     min_per_task: int = 1,
     max_per_task: int | None = None,
     prior: tuple[float, float] = (1.0, 1.0),
+    weights: Mapping[str, float] | None = None,
+    caps: Mapping[str, int] | None = None,
 ) -> dict[str, int]:
     """Split `total` attempts over `task_ids`, more to the tasks `history` says are rarely solved.
 
     `history[task_id] = (attempts, successes)` from earlier iterations (missing = never tried).
     Every task gets at least `min_per_task` and at most `max_per_task`; the rest goes by weight,
     rounded by largest remainder (ties by task order), so the sum is exactly `total` unless the
-    caps make that impossible (then it is `len(task_ids) * max_per_task`). Deterministic.
+    caps make that impossible (then it is the sum of the caps). `weights` replaces the failure weights;
+    `caps` bounds single tasks below `max_per_task`. Deterministic.
     """
     ids = list(dict.fromkeys(task_ids))
     if not ids:
@@ -46,13 +53,15 @@ def allocate_attempts(
         raise ValueError(f"max_per_task ({max_per_task}) < min_per_task ({min_per_task})")
     if total < min_per_task * len(ids):
         raise ValueError(f"total {total} cannot give {len(ids)} tasks {min_per_task} attempt(s) each")
-    cap = max_per_task if max_per_task is not None else total
-    total = min(total, cap * len(ids))
+    top = max_per_task if max_per_task is not None else total
+    cap = {t: max(min_per_task, min(top, (caps or {}).get(t, top))) for t in ids}
+    total = min(total, sum(cap.values()))
     alloc = {t: min_per_task for t in ids}
-    weights = {t: failure_weight(*history.get(t, (0, 0)), prior=prior) for t in ids}
+    weights = dict(weights) if weights is not None else \
+        {t: failure_weight(*history.get(t, (0, 0)), prior=prior) for t in ids}
     remaining = total - sum(alloc.values())
     while remaining > 0:
-        open_ids = [t for t in ids if alloc[t] < cap]
+        open_ids = [t for t in ids if alloc[t] < cap[t]]
         w_sum = sum(weights[t] for t in open_ids)
         if w_sum <= 0:  # all open tasks are certain successes under the prior: spread evenly
             shares = {t: remaining / len(open_ids) for t in open_ids}
@@ -61,12 +70,12 @@ def allocate_attempts(
         # Give floors, clipped at the cap; then hand out the leftovers by largest remainder.
         given = 0
         for t in open_ids:
-            add = min(math.floor(shares[t]), cap - alloc[t])
+            add = min(math.floor(shares[t]), cap[t] - alloc[t])
             alloc[t] += add
             given += add
         left = remaining - given
         order = sorted(
-            (t for t in open_ids if alloc[t] < cap),
+            (t for t in open_ids if alloc[t] < cap[t]),
             key=lambda t: (-(shares[t] - math.floor(shares[t])), -weights[t], ids.index(t)),
         )
         for t in order[:left]:
@@ -76,6 +85,25 @@ def allocate_attempts(
         if given == 0:  # every task is at its cap
             break
     return alloc
+
+
+# The teaching rule's weights: a task never tried weighs as one never solved (both 1: iteration 0 is uniform).
+SOMETIMES_SOLVED, ALWAYS_SOLVED, NEVER_SOLVED = 2.0, 0.25, 1.0
+
+
+def teaching_weights(task_ids: Sequence[str], history: Mapping[str, tuple[int, int]],
+                     per_task: int) -> tuple[dict[str, float], dict[str, int]]:
+    """(weights, caps) for `allocate_attempts` under the teaching rule: tasks sometimes solved weigh
+    SOMETIMES_SOLVED, always solved ALWAYS_SOLVED, never solved (or never tried) NEVER_SOLVED and get
+    at most `per_task` attempts (the uniform share)."""
+    weights, caps = {}, {}
+    for t in task_ids:
+        attempts, successes = history.get(t, (0, 0))
+        if successes <= 0:
+            weights[t], caps[t] = NEVER_SOLVED, per_task
+        else:
+            weights[t] = ALWAYS_SOLVED if successes >= attempts else SOMETIMES_SOLVED
+    return weights, caps
 
 
 def history_from_rows(

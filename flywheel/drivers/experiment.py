@@ -39,7 +39,7 @@ from flywheel.core.store import Store
 from flywheel.core.validation import ConfigurationError
 from flywheel.definitions import build_defs
 from flywheel.drivers.pipeline import GateBlocked, empty_gate_warnings, promotion_verdicts, run_stage
-from flywheel.orchestration.methods import job_for, method_stages
+from flywheel.orchestration.methods import METHODS, job_for, method_stages
 from flywheel.policy.models import build_tiny_model, require_model
 from flywheel.policy.sft import trim_heap
 from flywheel.policy.vllm_server import ServerPool
@@ -138,7 +138,9 @@ def run_arm(
     jobs = jobs_for({})
     store = Store(arm_dir / "flywheel.duckdb")
     method = preset.arm_sections(arm).get("method", {})
-    source, controls = method.get("start_from"), method.get("controls")
+    # A method that trains as many steps as another arm (`Method.equal_steps`, the control) names it in `controls`.
+    source = method.get("start_from")
+    controls = method.get("controls") if METHODS[preset.method(arm)].equal_steps else None
     for stage, key, selection in method_stages(preset.benchmark, preset.iterations, preset.method(arm)):
         if progress.done(stage):
             continue
@@ -159,7 +161,7 @@ def run_arm(
             recorded_start(preset, arm, source, results)  # before training: is there a k=0 to compare with?
         stage_jobs = jobs
         extra: dict[str, Any] = {}
-        if stage.startswith("sft:") and k and controls:  # the equal-compute control: the same steps as `controls`
+        if stage.startswith("sft:") and k and controls:  # the same steps as arm `controls` trained at k
             extra["matched_steps_of"], extra["steps"] = controls, controlled_steps(preset, arm, controls, k,
                                                                                   arm_dir.parent, results)
             stage_jobs = jobs_for(control_budget(extra["steps"]))

@@ -22,7 +22,18 @@ from flywheel.profile import Profile
 
 log = logging.getLogger(__name__)
 
-QUIET = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
+def console(level: str) -> dict:
+    """Run config for Dagster's console logger at `level`: INFO prints every progress line of every asset,
+    WARNING (the demo's) only warnings; `stage_lines` then says what each asset did, one line each."""
+    return {"loggers": {"console": {"config": {"log_level": level}}}}
+
+
+QUIET = console("INFO")
+# What `stage_lines` reports of an asset, from its materialization's metadata, in this order (those present).
+SUMMARY_KEYS = ("trajectories", "train_steps", "train_loss", "train_seconds", "episodes_played", "tasks_with_a_success",
+                "candidates", "passed", "yield_per_100_episodes", "steps_before_cleaning", "steps_after_cleaning",
+                "seen_successes", "seen_episodes", "unseen_successes", "unseen_episodes", "validation_successes",
+                "validation_episodes")
 
 
 # Exceptions no rerun can fix (the user changes something first); a full disk is one too (`disk_full`).
@@ -43,9 +54,10 @@ class GateBlocked(StageFailed):
     """A blocking check stopped the flywheel (e.g. nothing passed the reward gate): a result, not a crash."""
 
 
-def run_stage(job: dg.JobDefinition, key: str, selection: Iterable[str], instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
+def run_stage(job: dg.JobDefinition, key: str, selection: Iterable[str], instance: dg.DagsterInstance,
+              *, log_level: str = "INFO") -> dg.ExecuteInProcessResult:
     result = job.execute_in_process(
-        partition_key=key, instance=instance, run_config=QUIET,
+        partition_key=key, instance=instance, run_config=console(log_level),
         asset_selection=[dg.AssetKey(a) for a in selection], raise_on_error=False,
     )
     failed = [e for e in result.all_events if e.is_step_failure]
@@ -59,11 +71,35 @@ def run_stage(job: dg.JobDefinition, key: str, selection: Iterable[str], instanc
         raise stage_failure(f"{job.name} {key}", genuine, result, instance)
     if bad_checks:
         raise GateBlocked(f"{job.name} {key}: blocking check(s) failed: {', '.join(names)}")
+    if log_level != "INFO":  # Dagster's own lines are off: one line per asset and check says what happened
+        for line in stage_lines(result):
+            log.info("%s", line)
     for warning in empty_gate_warnings(result):
         log.warning("%s", warning)
     for promoted, verdict in promotion_verdicts(result):
         (log.info if promoted else log.warning)("promotion gate: %s", verdict)
     return result
+
+
+def stage_lines(result: dg.ExecuteInProcessResult) -> list[str]:
+    """One line per materialized asset (its SUMMARY_KEYS metadata) and per asset check (passed, or its
+    severity, and its verdict), in the order the run produced them."""
+    lines = []
+    for e in result.all_events:
+        data = e.event_specific_data
+        if e.event_type_value == "ASSET_MATERIALIZATION":
+            meta = data.materialization.metadata
+            shown = [f"{k} {_plain(meta[k].value)}" for k in SUMMARY_KEYS if k in meta]
+            lines.append(f"   {data.materialization.asset_key.to_user_string()}: {', '.join(shown) or 'done'}")
+        elif e.event_type_value == "ASSET_CHECK_EVALUATION":
+            verdict = data.metadata.get("verdict")  # a WARN's own text is logged once, as a warning
+            state = "passed" if data.passed else f"{data.severity.value}"
+            lines.append(f"   check {data.check_name}: {state}" + (f" ({verdict.value})" if verdict else ""))
+    return lines
+
+
+def _plain(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def stage_failure(what: str, failed: list[dg.DagsterEvent], result: dg.ExecuteInProcessResult,
@@ -135,20 +171,22 @@ def run_flywheel(
     instance: dg.DagsterInstance,
     evaluate_last_only: bool = False,
     benchmark_refs: dict[str, str] | None = None,
+    profile: Profile | None = None,
+    log_level: str = "INFO",
 ) -> list[str]:
     """Bootstrap, then iterations 0..iterations-1 (SFT, rollouts, gate, evaluation), then SFT+eval of the last.
-    `benchmark_refs` names a benchmark outside the registry (name -> "module:attribute", as in a profile).
+    `benchmark_refs` names a benchmark outside the registry (name -> "module:attribute", as in a profile);
+    `profile` (the demo's) sizes the partitions instead (`_defs`), and names the references.
 
     An empty reward gate (its blocking check failed) raises GateBlocked, unless the `loop` resource says
     `continue_on_empty_gate`: then k+1 trains anyway (as `sft_checkpoint` allows it) and the gate's message
-    is returned, one per empty gate."""
-    refs = dict(benchmark_refs or {})
+    is returned, one per empty gate. `log_level` is Dagster's console level (`console`; the demo's is WARNING,
+    with `stage_lines` instead)."""
+    refs = dict(profile.benchmark_refs if profile else benchmark_refs or {})
     check_benchmark(benchmark, where="run_flywheel(benchmark=...)", refs=refs)
     if iterations < 0:
         raise ConfigurationError(f"iterations must be >= 0, got {iterations}")
-    # Partitions 0..K for this run (max_partition_for: at least the default range).
-    defs = build_defs(resources, profile=Profile(benchmarks=(benchmark,), benchmark_refs=refs,
-                                                 iterations=max_partition_for(iterations)))
+    defs = _defs(benchmark, resources, profile or _run_profile(benchmark, iterations, refs))
     continue_on_empty_gate = bool(getattr(resources.get("loop"), "continue_on_empty_gate", False))
     empty_gates: list[str] = []
     # The method's stages (orchestration.methods.method_stages, the planner experiments use too), one Dagster run
@@ -158,7 +196,8 @@ def run_flywheel(
         selection = [a for _, _, assets in stages for a in assets]
         if key is None:
             log.info("== stage 1/2: expert replay, teacher quaternions, curriculum (%s)", benchmark)
-            run_stage(defs.resolve_job_def(f"{job_for(stages[0][0])}_job"), benchmark, selection, instance)
+            run_stage(defs.resolve_job_def(f"{job_for(stages[0][0])}_job"), benchmark, selection, instance,
+                      log_level=log_level)
             continue
         k = int(stages[0][0].split(":")[1])
         if evaluate_last_only and k < iterations:
@@ -166,7 +205,8 @@ def run_flywheel(
         log.info("== iteration %d: %s", k, "SFT, rollouts, reward gate, evaluation" if k < iterations
                  else "SFT on seeds + gated successes, evaluation")
         try:
-            result = run_stage(defs.resolve_job_def(f"{job_for(stages[0][0])}_job"), key, selection, instance)
+            result = run_stage(defs.resolve_job_def(f"{job_for(stages[0][0])}_job"), key, selection, instance,
+                               log_level=log_level)
             empty_gates += empty_gate_warnings(result)
         except GateBlocked as exc:
             if not continue_on_empty_gate or k == iterations:
@@ -174,6 +214,32 @@ def run_flywheel(
             log.warning("%s; continuing (loop.continue_on_empty_gate)", exc)
             empty_gates.append(str(exc))
     return empty_gates
+
+
+def _run_profile(benchmark: str, iterations: int, refs: dict[str, str]) -> Profile:
+    """The partitions of a run of iterations 0..K: this benchmark, 0..K (max_partition_for: at least the default
+    range)."""
+    return Profile(benchmarks=(benchmark,), benchmark_refs=refs, iterations=max_partition_for(iterations))
+
+
+def _defs(benchmark: str, resources: dict[str, dg.ConfigurableResource], profile: Profile) -> dg.Definitions:
+    if benchmark not in profile.benchmarks:
+        raise ConfigurationError(f"benchmark {benchmark!r} is not one of the profile's {list(profile.benchmarks)}")
+    return build_defs(resources, profile=profile)
+
+
+def materialize_dashboard(benchmark: str, *, resources: dict[str, dg.ConfigurableResource],
+                          instance: dg.DagsterInstance, profile: Profile, log_level: str = "INFO") -> bool:
+    """Materialize `flywheel_summary` (the dashboard) of `benchmark` from the store's evaluations, so the UI shows
+    it after the demo; a store without evaluations is one warning line (the asset says why), not a failure."""
+    log.info("== dashboard: flywheel_summary %s (the per-iteration table and chart in the UI)", benchmark)
+    job = _defs(benchmark, resources, profile).resolve_job_def("summary_job")
+    try:
+        run_stage(job, benchmark, ["flywheel_summary"], instance, log_level=log_level)
+    except StageFailed as exc:
+        log.warning("no dashboard: %s", exc)
+        return False
+    return True
 
 
 @dataclass

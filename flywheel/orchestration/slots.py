@@ -19,8 +19,11 @@ event log storage's `get_concurrency_run_ids` / `get_concurrency_info` / `free_c
 
 from __future__ import annotations
 
+import logging
+import os
 import socket
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import dagster as dg
 import psutil
@@ -142,3 +145,19 @@ def check_pool_free(instance: dg.DagsterInstance, pool: str = ACCELERATOR_POOL, 
         f"{pool} step would wait for it. Wait for it to finish, or stop it (kill that pid, or terminate the "
         f"run in the UI) and run `{FREE_COMMAND}`, which frees the slots of dead and finished runs."
     )
+
+
+def command_instance() -> dg.DagsterInstance:
+    """A command's Dagster instance: $DAGSTER_HOME's (its runs show up in `dagster dev`), else an ephemeral one."""
+    if os.environ.get("DAGSTER_HOME"):
+        Path(os.environ["DAGSTER_HOME"]).mkdir(parents=True, exist_ok=True)
+        return dg.DagsterInstance.get()
+    return dg.DagsterInstance.ephemeral()
+
+
+def ready_instance() -> dg.DagsterInstance:
+    """The command's instance, with pool slots of dead runs (a killed SFT) freed; a live holder fails at once,
+    naming it."""
+    instance = command_instance()
+    check_pool_free(instance, log=logging.getLogger(__name__).warning)
+    return instance

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from flywheel.core.metrics import markdown_table, result_columns
+from flywheel.core.metrics import markdown_table, md_table, result_columns
 from flywheel.core.quality import wilson_interval
 from flywheel.core.store import Store
 
@@ -256,6 +256,4 @@ def all_benchmarks_table(store: Store, *, iteration: int | None = None, metric: 
         have = [c for c in cells if c is not None]
         avg = f"{100 * sum(have) / len(have):.1f}" + ("" if len(have) == len(cells) else f" ({len(have)}/{len(cells)} cols)") if have else "-"
         rows.append([str(k)] + [f"{100 * c:.1f}" if c is not None else "-" for c in cells] + [avg])
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
+    return md_table(header, rows)

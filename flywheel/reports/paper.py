@@ -25,13 +25,20 @@ from typing import Any
 
 import envs
 from flywheel.config.presets import RESULTS_DIR, Preset, load_preset
-from flywheel.core.metrics import PRIMARY_METRICS, ResultColumn, display_name, result_columns
+from flywheel.core.metrics import (
+    PRIMARY_METRICS,
+    ResultColumn,
+    display_name,
+    md_table,
+    result_columns,
+    success_cell,
+)
 from flywheel.core.provenance import read_arm
 from flywheel.core.quality import BOOT, arm_checkpoints, paired_difference, rate
 from flywheel.core.settings import DEFAULT_RUNS_DIR
 from flywheel.core.store import READER_WAIT_S, Store, check_store
 from flywheel.core.validation import ConfigurationError
-from flywheel.orchestration.methods import METHODS
+from flywheel.orchestration.methods import METHODS, placed
 
 NOTES = [
     "The policy is SmolLM2-135M trained on CPU (the paper trains Llama-3.1-8B and others on GPUs); the "
@@ -78,16 +85,6 @@ def collect(presets: list[tuple[Preset, Path]], committed: Path | None = RESULTS
 
 
 # -- tables ----------------------------------------------------------------------------------
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}"
-
-
-def _rate_cell(r: dict[str, Any] | None) -> str:
-    if not r or not r["n"]:
-        return "-"
-    return f"{_pct(r['rate'])} [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}] (n={r['n']})"
-
-
 def _mean_cell(r: dict[str, Any] | None, scale: float = 1.0, digits: int = 3) -> str:
     if not r or r["value"] is None:
         return "-"
@@ -101,13 +98,8 @@ def _diff_cell(d: dict[str, Any] | None) -> str:
             f"+{d['gained']}/-{d['lost']}, p={d['mcnemar_p']:.2g})")
 
 
-def _md(header: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])
-
-
 def _label(arm: dict[str, Any], k: int | None = None, *, with_arm: bool = False) -> str:
-    label = METHODS[arm["method"]]["label"]
+    label = METHODS[arm["method"]].label
     if with_arm or arm["arm"] not in (arm["method"], label):
         label += f" (`{arm['arm']}`)"
     return label + (f", k={k}" if k is not None else "")
@@ -128,7 +120,7 @@ def _paired(new: dict[str, Any] | None, old: dict[str, Any] | None) -> dict[str,
 
 
 # A split's cell in a benchmark's primary metric (see PRIMARY_METRICS).
-_METRIC_CELLS = {"success_rate": lambda s: _rate_cell(s["success"]), "avg_reward": lambda s: _mean_cell(s["reward"])}
+_METRIC_CELLS = {"success_rate": lambda s: success_cell(s["success"], counts=False), "avg_reward": lambda s: _mean_cell(s["reward"])}
 
 
 def _table1_columns() -> list[tuple[ResultColumn, str]]:
@@ -206,24 +198,29 @@ def table2(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[s
     """Base, + stage 1, + stage 2: each against the row before. Stage 3 (k = 1..K), per run: each k against
     that run's k-1, from the k=0 it continued from (a replicate that retrained its k=0 gets a stage-2 row)."""
     rows_ck: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = []
-    prev = before_stage2 = None
-    for method, name in (("base", "base"), ("bpo-stage1", "+ stage 1"), ("bpo-stage2", "+ stage 2")):
-        if method == "bpo-stage2":  # a replicate's own k=0 is compared with the stage before stage 2
-            before_stage2 = prev
-        for a in _arms(data, method, benchmark=benchmark):
+    refining = [m.name for m in placed(lambda p: p.ablation and p.ablation_per_k)]
+    first = min((METHODS[m].paper.row for m in refining), default=None)
+    stages = placed(lambda p: p.ablation and not p.ablation_per_k)
+    # The k=0 stage the per-k rows continue from: the last one before them (stage 2).
+    start = ([m for m in stages if first is None or m.paper.row < first] or stages or [None])[-1]
+    prev = before_start = None
+    for m in stages:
+        if m is start:  # a replicate's own k=0 is compared with the stage before the one it continues from
+            before_start = prev
+        for a in _arms(data, m.name, benchmark=benchmark):
             ck = _final(a)
-            rows_ck.append((name + ("" if a["arm"] == method else f" (`{a['arm']}`)"), ck, prev))
+            rows_ck.append((m.paper.ablation + ("" if a["arm"] == m.name else f" (`{a['arm']}`)"), ck, prev))
             prev = ck
-    for a in _arms(data, "bpo-stage3", "bpo", benchmark=benchmark):
-        tag = "" if a["arm"] in ("bpo-stage3", "bpo") else f" (`{a['arm']}`)"
+    for a in _arms(data, *refining, benchmark=benchmark):
+        tag = "" if a["arm"] in refining else f" (`{a['arm']}`)"
         prev = _start(data, a)
-        if 0 in a["checkpoints"]:
-            rows_ck.append((f"+ stage 2{tag}, its own k=0", a["checkpoints"][0], before_stage2))
+        if 0 in a["checkpoints"] and start is not None:
+            rows_ck.append((f"{start.paper.ablation}{tag}, its own k=0", a["checkpoints"][0], before_start))
         for k in sorted(k for k in a["checkpoints"] if k >= 1):
-            rows_ck.append((f"+ stage 3, k={k}{tag}", a["checkpoints"][k], prev))
+            rows_ck.append((f"{METHODS[a['method']].paper.ablation}, k={k}{tag}", a["checkpoints"][k], prev))
             prev = a["checkpoints"][k]
     splits = _splits([a for a in data["arms"] if a["benchmark"] == benchmark])
-    rows = [[name] + [_rate_cell(ck["splits"].get(s, {}).get("success")) for s in splits]
+    rows = [[name] + [success_cell(ck["splits"].get(s, {}).get("success"), counts=False) for s in splits]
             + [_diff_cell(_paired(ck, before))] for name, ck, before in rows_ck]
     return (["row"] + [f"{s} success % [95% CI]" for s in splits]
             + ["vs the stage before, pts (paired, all splits)"], rows)
@@ -232,19 +229,20 @@ def table2(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[s
 def table4(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[str]]]:
     """Each method against one ReAct SFT: the one the DPO, GRPO and RFT arms continued from when they share
     one (their paired difference is then their own gain), else the arm `react-sft`."""
-    sfts = _arms(data, "react-sft", benchmark=benchmark)
-    starts = {_root_start(data, a) for a in _arms(data, "eto-dpo", "grpo", "rft", benchmark=benchmark)}
-    sft = next((a for a in sfts if len(starts) == 1 and a["arm"] in starts), None) or _primary(sfts, "react-sft")
+    reference = [m.name for m in placed(lambda p: p.reference)]
+    sfts = _arms(data, *reference, benchmark=benchmark)
+    continuing = [m.name for m in placed(lambda p: p.continues_reference)]
+    starts = {_root_start(data, a) for a in _arms(data, *continuing, benchmark=benchmark)}
+    sft = (next((a for a in sfts if len(starts) == 1 and a["arm"] in starts), None)
+           or _primary(sfts, reference[0] if reference else ""))
     sft_ck = _final(sft) if sft else None
-    rows_arm = [("SFT (ReAct)", "react-sft"), ("SFT + DPO (ETO)", "eto-dpo"), ("SFT + GRPO", "grpo"),
-                ("BPO (stage 3)", "bpo-stage3"), ("BPO", "bpo")]
     splits = _splits([a for a in data["arms"] if a["benchmark"] == benchmark])
     rows = []
-    for name, method in rows_arm:
-        for a in _arms(data, method, benchmark=benchmark):
+    for m in placed(lambda p: p.comparison):
+        for a in _arms(data, m.name, benchmark=benchmark):
             ck = _final(a)
-            rows.append([f"{name}" + ("" if a["arm"] == method else f" (`{a['arm']}`)") + f", k={ck['k']}"]
-                        + [_rate_cell(ck["splits"].get(s, {}).get("success")) for s in splits]
+            rows.append([f"{m.paper.comparison}" + ("" if a["arm"] == m.name else f" (`{a['arm']}`)") + f", k={ck['k']}"]
+                        + [success_cell(ck["splits"].get(s, {}).get("success"), counts=False) for s in splits]
                         + [_diff_cell(_paired(ck, sft_ck)) if a is not sft else "-"])
     header_sft = f"vs SFT (`{sft['arm']}`)" if sft else "vs SFT"
     return ["method"] + [f"{s} success % [95% CI]" for s in splits] + [f"{header_sft}, pts (paired, all splits)"], rows
@@ -253,11 +251,14 @@ def table4(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[s
 def table5(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[str]]]:
     # The fused k=0 is bpo-stage1's (the same expert data as react-sft); without that arm, bpo-stage2's (the
     # same prompt shape with stage 2's synthetic tasks added: the mode column says so).
-    fused = _arms(data, "bpo-stage1", benchmark=benchmark) or _arms(data, "bpo-stage2", benchmark=benchmark)
-    pick = fused + _arms(data, "react-sft", benchmark=benchmark)
+    def shaped(shape: str) -> list[dict[str, Any]]:
+        return _arms(data, *[m.name for m in placed(lambda p: p.prompt_shape == shape)], benchmark=benchmark)
+
+    fused = shaped("fused") or shaped("fused, else")
+    pick = fused + shaped("react")
     if not pick:  # any k=0 SFT of either prompt shape
         pick = [a for a in data["arms"] if a["benchmark"] == benchmark and 0 in a["checkpoints"]
-                and a["method"] != "base"]
+                and METHODS[a["method"]].trains]
     splits = _splits(pick)
     rows = []
     for a in pick:
@@ -265,14 +266,13 @@ def table5(data: dict[str, Any], benchmark: str) -> tuple[list[str], list[list[s
             continue
         ck = a["checkpoints"][0]
         mode = "fused (plan + action history)" if a["history_mode"] == "fused" else "full history (ReAct, long thoughts)"
-        if a["method"] == "bpo-stage2":
-            mode += ", with stage 2's synthetic tasks"
+        mode += METHODS[a["method"]].paper.prompt_note
         for s in splits:
             v = ck["splits"].get(s)
             if v:
                 rows.append([_label(a, 0), mode, s, _mean_cell(v["prompt_tokens_per_step"], digits=0),
                              _mean_cell(v["tokens_per_step"], digits=0), _mean_cell(v["mean_steps"], digits=2),
-                             _rate_cell(v["success"])])
+                             success_cell(v["success"], counts=False)])
     return ["method", "prompt", "split", "prompt tokens/step [95% CI] (n episodes)", "tokens/step [95% CI]",
             "steps/episode", "success % [95% CI]"], rows
 
@@ -358,24 +358,24 @@ def render(data: dict[str, Any], presets: list[Preset]) -> str:
              "differences in points, paired over the same tasks (bootstrap interval, tasks gained/lost, exact "
              "McNemar p).", ""]
     h, r = table1(data)
-    parts += ["## Table 1: main results (last checkpoint of each method)", "", _md(h, r), ""]
+    parts += ["## Table 1: main results (last checkpoint of each method)", "", md_table(h, r), ""]
     for b in benches:
         h, r = table2(data, b)
-        parts += [f"## Table 2: stage ablation ({b})", "", _md(h, r) if r else "No ablation arms were run.", ""]
+        parts += [f"## Table 2: stage ablation ({b})", "", md_table(h, r) if r else "No ablation arms were run.", ""]
     h, r = table4(data, table4_bench)
     parts += [f"## Table 4: SFT vs SFT+DPO vs SFT+GRPO vs BPO ({table4_bench})", ""]
     if table4_bench != envs.DEFAULT_BENCHMARK:
         parts += [f"(No {_display(envs.DEFAULT_BENCHMARK)} experiment given: shown on this benchmark.)", ""]
-    parts += [_md(h, r) if r else "No SFT/DPO/GRPO/BPO arms were run.", ""]
+    parts += [md_table(h, r) if r else "No SFT/DPO/GRPO/BPO arms were run.", ""]
     for b in benches:
         h, r = table5(data, b)
         parts += [f"## Table 5: fused vs full-history long thoughts ({b}, k=0: same expert data, only the prompt "
-                  "differs)", "", _md(h, r) if r else "No k=0 SFT arms were run.", ""]
+                  "differs)", "", md_table(h, r) if r else "No k=0 SFT arms were run.", ""]
     for b in benches:
         rows = data["fig2"].get(b, [])
         parts += [f"## Fig. 2: success by complexity bucket ({b}; gold path length)", ""]
-        parts += [_md(["method", "bucket", "gold steps", "success % [95% CI]"],
-                      [[x["label"], x["bucket"], x["gold_steps"], _rate_cell(x)] for x in rows]) if rows
+        parts += [md_table(["method", "bucket", "gold steps", "success % [95% CI]"],
+                      [[x["label"], x["bucket"], x["gold_steps"], success_cell(x, counts=False)] for x in rows]) if rows
                   else "No bucketed evaluation yet.", ""]
         if data["figures"].get(b):
             parts += [f"![Fig. 2]({data['figures'][b]})", ""]

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from flywheel.config.presets import Preset
+from flywheel.core.metrics import md_table, success_cell
 from flywheel.core.provenance import (
     arm_file,
     write_arm,
@@ -19,14 +20,6 @@ from flywheel.reports.results import collect_results
 log = logging.getLogger(__name__)
 
 PLOTS = ("success_by_k.png", "gate_by_k.png", "rollout_pass_by_k.png")  # the order write_report lists them in
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}"
-
-
-def _ci(r: dict[str, Any]) -> str:
-    return f"{_pct(r['rate'])} [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}] ({r['successes']}/{r['n']})"
 
 
 def _reward(split: dict[str, Any]) -> str:
@@ -43,12 +36,6 @@ def _reward_delta(d: dict[str, Any] | None) -> str:
     return f"{d['delta']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
 
 
-def _md(header: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 def render_behaviour(res: dict[str, Any]) -> list[str]:
     """What the greedy evaluation did, beside whether it won: the share of its actions the env rejected
     (invalid: an observation, not an error) and its steps per episode (an episode that fails runs to the limit)."""
@@ -60,7 +47,7 @@ def render_behaviour(res: dict[str, Any]) -> list[str]:
     if not any(cell != "-" for row in rows for cell in row[1:]):
         return []
     return ["**Behaviour** of the greedy evaluation (invalid actions / steps per episode):", "",
-            _md(["k", *[f"{s} invalid / steps" for s in splits]], rows), ""]
+            md_table(["k", *[f"{s} invalid / steps" for s in splits]], rows), ""]
 
 
 def render_answer_lengths(res: dict[str, Any]) -> list[str]:
@@ -82,7 +69,7 @@ def render_answer_lengths(res: dict[str, Any]) -> list[str]:
         return []
     return [f"**Answer lengths** in tokens against `max_new_tokens` = {cap} (an answer that reaches it is cut, "
             "often before its action line):", "",
-            _md(["k", "SFT answers median / p95 / max", "SFT answers at the cap",
+            md_table(["k", "SFT answers median / p95 / max", "SFT answers at the cap",
                  *[f"{s} eval steps at the cap" for s in splits]], rows), ""]
 
 
@@ -129,15 +116,15 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
         for r in res["per_k"]:
             if not r["splits"]:
                 continue
-            rows.append([r["k"]] + [_ci(r["splits"][s]) if s in r["splits"] else "-" for s in splits]
+            rows.append([r["k"]] + [success_cell(r["splits"][s]) if s in r["splits"] else "-" for s in splits]
                         + [_reward(r["splits"][s]) if s in r["splits"] else "-" for s in splits]
                         + ([_promotion(r)] if gated else []))
-        parts += [_md(header, rows) if rows else "No checkpoint evaluated yet.", ""]
+        parts += [md_table(header, rows) if rows else "No checkpoint evaluated yet.", ""]
         if gated:
             parts += [render_promoted(res), ""]
         if res["comparisons"]:
             parts += ["**Differences** (paired over the same tasks):", ""]
-            parts += [_md(["comparison", "split", "n", "delta (pts)", "95% CI (pts)", "gained", "lost", "McNemar p", "excludes 0",
+            parts += [md_table(["comparison", "split", "n", "delta (pts)", "95% CI (pts)", "gained", "lost", "McNemar p", "excludes 0",
                            "avg reward delta [95% CI]"],
                           [[f"k={c['new']} vs k={c['old']}" + (f" (arm `{c['old_arm']}`)" if c.get("old_arm") else ""),
                             c["split"], c["n"], f"{100 * c['delta']:+.1f}",
@@ -145,6 +132,8 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
                             f"{c['mcnemar_p']:.3g}", "yes" if c["significant"] else "no", _reward_delta(c.get("reward"))]
                            for c in res["comparisons"]]), ""]
         flow = []
+        # Results computed before the gate's yield was recorded render as they were committed.
+        yields = any("yield_per_100_episodes" in (r.get("gate") or {}) for r in res["per_k"])
         for r in res["per_k"]:
             ck, ro, g = r.get("checkpoint", {}), r.get("rollouts"), r.get("gate")
             flow.append([
@@ -152,19 +141,22 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
                 f"{ck['train_loss']:.3f}" if ck.get("train_loss") is not None else "-",
                 f"{ck['sft_examples_per_s']:.2f}" if ck.get("sft_examples_per_s") else "-",
                 ck.get("train_steps") or "-", f"{ck['sft_tokens_per_s']:.0f}" if ck.get("sft_tokens_per_s") else "-",
-                ro["episodes"] if ro else "-", _ci(ro["pass_rate"]) if ro else "-",
-                _ci(ro["pass_at_n"]) if ro else "-",
-                _ci(ro["seed_tasks_pass_rate"]) if ro and ro["seed_tasks_pass_rate"]["n"] else "-",
-                _ci(ro["other_tasks_pass_rate"]) if ro and ro["other_tasks_pass_rate"]["n"] else "-",
+                ro["episodes"] if ro else "-", success_cell(ro["pass_rate"]) if ro else "-",
+                success_cell(ro["pass_at_n"]) if ro else "-",
+                success_cell(ro["seed_tasks_pass_rate"]) if ro and ro["seed_tasks_pass_rate"]["n"] else "-",
+                success_cell(ro["other_tasks_pass_rate"]) if ro and ro["other_tasks_pass_rate"]["n"] else "-",
                 f"{ro['episodes_per_min']:.1f}" if ro and ro.get("episodes_per_min") else "-",
                 g["new_unique_successes"] if g else "-", g["distinct_tasks"] if g else "-",
                 g["tasks_without_seed"] if g else "-", g["gated_total"] if g else "-",
-            ])
+            ] + ([f"{g['yield_per_100_episodes']:.1f}" if g and "yield_per_100_episodes" in g else "-",
+                  _cleaned(g.get("cleaning") if g else None)] if yields else []))
         parts += ["**The flywheel per iteration** (SFT of checkpoint k; its rollouts on the training tasks; the gate):", ""]
-        parts += [_md(["k", "SFT examples", "SFT trajectories", "train loss", "SFT examples/s", "SFT steps",
+        parts += [md_table(["k", "SFT examples", "SFT trajectories", "train loss", "SFT examples/s", "SFT steps",
                        "SFT tokens/s", "rollouts",
                        "rollout pass rate %", "train pass@n % (tasks)", "seed-task pass %", "non-seed-task pass %",
-                       "episodes/min", "gated new", "gated tasks", "gated tasks w/o seed", "gated total"], flow), ""]
+                       "episodes/min", "gated new", "gated tasks", "gated tasks w/o seed", "gated total"]
+                      + (["gate yield (new per 100 episodes)", "gated steps before -> after cleaning"] if yields else []),
+                      flow), ""]
         parts += render_behaviour(res)
         parts += render_answer_lengths(res)
         parts += [f"Seed tasks (teacher trajectories): {res['seed_tasks']}.", ""]
@@ -175,7 +167,7 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
                           key=lambda ts: (ts[0], ts[1] == "train", ts[1]))
             parts += ["**By task type** (successes/n: greedy evaluation per split; `train`: the training rollouts "
                       "of checkpoint k):", ""]
-            parts += [_md(["type", "split", *[f"k={k}" for k in ks]],
+            parts += [md_table(["type", "split", *[f"k={k}" for k in ks]],
                           [[t, s, *[cells.get((t, s, k), "-") for k in ks]] for t, s in keys]), ""]
         if res.get("stopped"):
             parts += [f"**Stopped early:** {res['stopped']}", ""]
@@ -202,7 +194,7 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
     if results.get("arm_comparisons"):
         parts += ["## Arms compared", "",
                   "Each arm against the first evaluated arm at the same k, paired over the same evaluation tasks.", ""]
-        parts += [_md(["arm vs reference", "k", "split", "n", "delta (pts)", "95% CI (pts)", "gained", "lost",
+        parts += [md_table(["arm vs reference", "k", "split", "n", "delta (pts)", "95% CI (pts)", "gained", "lost",
                        "McNemar p", "excludes 0"],
                       [[f"{c['arm']} vs {c['reference']}", c["k"], c["split"], c["n"], f"{100 * c['delta']:+.1f}",
                         f"[{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}]", c["gained"], c["lost"],
@@ -277,7 +269,7 @@ def render_claims(rows: list[dict[str, Any]]) -> list[str]:
             "+- 1.96 times the standard deviation of one run's difference from the variance components (the design "
             "section): its interval with the run-to-run variance put back, which must exclude 0 too. A claim whose interval covers 0 is "
             "`underpowered` when its power for the preset's `minimal_effect` is under 80% (the design section).", "",
-            _md(["claim", "split", "run", "paired with", "k=0 block", "delta (pts) [95% CI]", "gained/lost",
+            md_table(["claim", "split", "run", "paired with", "k=0 block", "delta (pts) [95% CI]", "gained/lost",
                  "McNemar p", "excludes 0", "avg reward delta [95% CI]"], table), ""]
 
 
@@ -303,7 +295,7 @@ def render_design(results: dict[str, Any], preset: Preset) -> list[str]:
     parts = ["## The design's power", "",
              "Variance components from the committed runs (success over every evaluated split; two evaluations paired "
              "over the same tasks: difference in points, tasks they disagree on, exact McNemar p):", "",
-             _md(["source", "pair", "k", "n", "difference (pts)", "discordant tasks", "McNemar p"], rows), "",
+             md_table(["source", "pair", "k", "n", "difference (pts)", "discordant tasks", "McNemar p"], rows), "",
              f"Between-run standard deviation of one arm's success rate (points), from these pairs as "
              f"sqrt((mean d^2 - mean per-task variance / n) / 2), floored at 0: {sds}.", ""]
     eff = des.get("minimal_effect")
@@ -333,7 +325,7 @@ def render_design(results: dict[str, Any], preset: Preset) -> list[str]:
         "the spread of its per-run differences is a second estimate, and the larger is used. `runs for 80%`: runs "
         "per arm, each paired with its own control; `with many tasks`: the same with n unbounded (more tasks do "
         "not stand in for runs)." + (f" The preset plans {planned} run(s) per arm." if planned else ""), "",
-        _md(["claim (all splits)", "sources", "sd of a run's difference, components (pts)",
+        md_table(["claim (all splits)", "sources", "sd of a run's difference, components (pts)",
              "sd, spread of its runs (pts)", "runs", "power", "runs for 80%", "with many tasks"], claim_rows), ""]
 
 
@@ -460,3 +452,10 @@ def render_promoted(res: dict[str, Any]) -> str:
     return (f"**Promoted checkpoint:** k={held} (the promotion gate: one-sided {1 - last['alpha']:.0%} lower bound of "
             f"the paired validation difference above -{100 * last['margin']:g} points); rejected: "
             f"{', '.join(f'k={k}' for k in rejected) or 'none'}.")
+
+
+def _cleaned(cleaning: dict[str, int] | None) -> str:
+    """A gate's admitted steps before and after cleaning (loop.clean_successes), with the verified cuts."""
+    if not cleaning:
+        return "-"
+    return f"{cleaning['steps_before']} -> {cleaning['steps_after']} ({cleaning['cut']} cut)"

@@ -132,7 +132,12 @@ def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[st
             row["gate"] = {"candidates": g["candidates"], "new_unique_successes": g["new_unique_successes"],
                            "gated_total": g["gated_total"], "capped_dropped": g["capped_dropped"],
                            "distinct_tasks": len(gated_tasks),
-                           "tasks_without_seed": len([t for t in gated_tasks if t not in seeds])}
+                           "tasks_without_seed": len([t for t in gated_tasks if t not in seeds]),
+                           "yield_per_100_episodes": 100 * int(g["new_unique_successes"] or 0) / max(int(g["candidates"] or 0), 1)}
+            if cleaning := [c for c in store.gate_cleaning(benchmark, k) if c["admitted"]]:  # loop.clean_successes
+                row["gate"]["cleaning"] = {"steps_before": sum(c["steps_before"] for c in cleaning),
+                                           "steps_after": sum(c["steps_after"] for c in cleaning),
+                                           "cut": sum(c["outcome"] == "cut" for c in cleaning)}
             if k in checks:  # the blocking gated_dataset_is_usable check's verdict on this gate
                 row["gate"]["check"] = {f: checks[k][f] for f in ("passed", "problems", "first_problem")}
         per_k.append(row)
@@ -381,10 +386,10 @@ def run_source(preset: Preset, arm: str, k: int, shares_k0: bool) -> str:
     """Which component moves `arm`'s run at k: its rollouts (k > 0 of a method that samples), its k=0 training
     (a k=0 not shared with the other side), else evaluation alone (the same weights, or deterministic SFT from
     them: on one machine a k=0 retrained from the same examples is the same weights bit for bit)."""
-    plan = METHODS[preset.method(arm)]["plan"]
-    if k > 0 and plan not in ("control", "sft", "base"):
+    method = METHODS[preset.method(arm)]
+    if k > 0 and method.samples:
         return "rollouts"
-    return "evaluation" if shares_k0 or k > 0 or plan == "base" else "k0_training"
+    return "evaluation" if shares_k0 or k > 0 or not method.trains else "k0_training"
 
 
 def design(preset: Preset, records: dict[str, dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,4 +1,5 @@
 from collections.abc import Iterable
+from typing import Literal
 
 import dagster as dg
 
@@ -26,7 +27,15 @@ class LoopResource(dg.ConfigurableResource):
     min_improvement: float = same_as(StopRules, "min_improvement")
     benchmarks: list[str] = setting(default_factory=list, help="the benchmarks the sensor and schedule drive "
                                     "(empty: every bootstrapped one)")
-    adaptive_sampling: bool = setting(True, help="hard tasks get more of the samples_per_task x tasks attempts")
+    adaptive_sampling: bool = setting(True, help="the samples_per_task x tasks attempts are shared out by what earlier "
+                                      "iterations' rollouts say of each task (loop.sampling_rule); false: "
+                                      "samples_per_task each")
+    # "teaching" since issue 54: a task the policy always solves teaches little, one it never solved may be out of
+    # reach; the ones it sometimes solves are where new successes come from. Committed presets pin their rule.
+    sampling_rule: Literal["teaching", "hard_first"] = setting(
+        "teaching", help='adaptive sampling\'s weights: "teaching" gives tasks sometimes solved more attempts, '
+        'tasks always solved fewer, tasks never solved at most samples_per_task (flywheel.core.sampling.'
+        'teaching_weights); "hard_first": the fewer successes, the more attempts (failure_weight)')
     min_samples_per_task: int = setting(1, help="adaptive sampling: attempts per task at least",
                                         bound=Bound(0, 1_024))
     max_samples_per_task: int | None = setting(None, help="adaptive sampling: attempts per task at most",
@@ -44,6 +53,11 @@ class LoopResource(dg.ConfigurableResource):
     gate_drops_invalid_steps: bool = setting(True, help="the gate strips the steps the env rejected from each "
                                              "success before SFT reads it (flywheel.core.gate."
                                              "without_invalid_steps); false: as played")
+    # On by default since issue 54: successes were imitated with their wasted steps (71% `go to` on ALFWorld).
+    clean_successes: bool = setting(True, help="the gate cuts each success's no-progress steps (returns to an "
+                                    "observation seen before) and keeps the cut only if replaying it in the env "
+                                    "wins the same way, then keeps each task's shortest successes "
+                                    "(flywheel.core.cleaning); false: successes as played")
     continue_on_empty_gate: bool = setting(False, help="an empty reward gate stops the flywheel for that "
                                            "benchmark; true trains k+1 anyway on the same data (experiments "
                                            "that want all K iterations)")

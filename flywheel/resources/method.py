@@ -45,7 +45,8 @@ class MethodResource(dg.ConfigurableResource):
 
     def check(self) -> str:
         if self.name not in METHODS:
-            raise dg.Failure(f"method.name must be one of {', '.join(METHODS)}, got {self.name!r}")
+            raise dg.Failure(f"method.name must be one of {', '.join(METHODS)} (flywheel/orchestration/methods.py, or "
+                             f"one registered with flywheel.orchestration.methods.register), got {self.name!r}")
         return self.name
 
     def dpo_settings(self, policy) -> DPOSettings:

@@ -14,7 +14,8 @@ from flywheel.policy import sft_ray
 from flywheel.policy.inference import Generator, OpenAICompatibleGenerator, TransformersGenerator
 from flywheel.policy.logging_targets import TrainingLogs, targets
 from flywheel.policy.sft import TrainConfig, TrainResult, micro_batching, train_sft
-from flywheel.policy.vllm_server import ManagedVLLMGenerator, ServerPool, VLLMServer, VLLMServerConfig
+from flywheel.policy.vllm_client import ManagedVLLMGenerator
+from flywheel.policy.vllm_server import ServerPool, VLLMServer, VLLMServerConfig
 from flywheel.resources.fields import check_fields, same_as, setting
 from flywheel.resources.ray_cluster import RayConfig, check_backend
 from flywheel.rollout.engine import RolloutConfig

@@ -208,38 +208,61 @@ def _play(
     steps and resets overlap other episodes' generation. "auto" picks it for generators that
     declare `concurrent = True`.
     """
-    scheduling = resolve_scheduling(cfg, generator)
-    queue: deque[tuple[int, Task, int]] = deque((i, t, s) for i, (t, s) in enumerate(jobs))
-    slots = [_Slot() for _ in range(max(1, min(cfg.parallel_envs, len(jobs))))]
-    order: dict[int, int] = {}
-    results: dict[int, Trajectory] = {}
-    lock = threading.Lock()  # guards queue/order/results and the callbacks (store writes) across slot threads
-    # Set when the caller is interrupted (KeyboardInterrupt, SIGTERM through the CLI): slots take no new job and
-    # hand on no more episodes, so the caller's cleanup (the vLLM server's stop) runs now, not after the queue.
-    stopped = threading.Event()
+    return _Rollout(jobs, make_env=make_env, generator=generator, instructions=instructions,
+                    normalize_action=normalize_action, source=source, iteration=iteration, cfg=cfg,
+                    on_finished=on_finished, progress=progress).run(resolve_scheduling(cfg, generator))
 
-    def finish(slot: _Slot, status: str = "ok", error: str = "") -> None:
+
+class _Rollout:
+    """One `_play` call: the job queue, the env slots, the results, and the lock and stop flag that the slot
+    threads share; its methods are an episode's steps (start, prompt, act, record, finish) and the two
+    schedules' loops (`play_slot` per episode, `fill` and the tick loop in `run`)."""
+
+    def __init__(self, jobs: list[tuple[Task, int]], *, make_env: Callable[[], Env], generator: Generator,
+                 instructions: str, normalize_action: Callable[[str], str], source: Source, iteration: int,
+                 cfg: RolloutConfig, on_finished: Callable[[list[Trajectory]], None] | None,
+                 progress: Callable[[int, int], None] | None) -> None:
+        self.jobs = jobs
+        self.make_env = make_env
+        self.generator = generator
+        self.instructions = instructions
+        self.normalize_action = normalize_action
+        self.source = source
+        self.iteration = iteration
+        self.cfg = cfg
+        self.on_finished = on_finished
+        self.progress = progress
+        self.queue: deque[tuple[int, Task, int]] = deque((i, t, s) for i, (t, s) in enumerate(jobs))
+        self.slots = [_Slot() for _ in range(max(1, min(cfg.parallel_envs, len(jobs))))]
+        self.order: dict[int, int] = {}
+        self.results: dict[int, Trajectory] = {}
+        self.lock = threading.Lock()  # guards queue/order/results and the callbacks (store writes) across slot threads
+        # Set when the caller is interrupted (KeyboardInterrupt, SIGTERM through the CLI): slots take no new job and
+        # hand on no more episodes, so the caller's cleanup (the vLLM server's stop) runs now, not after the queue.
+        self.stopped = threading.Event()
+
+    def finish(self, slot: _Slot, status: str = "ok", error: str = "") -> None:
         ep = slot.episode
         assert ep is not None
         last = ep.last
         traj = Trajectory(
-            benchmark=ep.task.benchmark, split=ep.task.split, task_id=ep.task.task_id, source=source,
-            iteration=iteration, sample=ep.sample, goal=goal_of(ep.task, ep.initial_observation),
+            benchmark=ep.task.benchmark, split=ep.task.split, task_id=ep.task.task_id, source=self.source,
+            iteration=self.iteration, sample=ep.sample, goal=goal_of(ep.task, ep.initial_observation),
             steps=ep.steps, success=bool(last and last.success) and status == "ok",
             reward=float(last.reward) if last and status == "ok" else 0.0,
-            status=status, error=error, model_id=generator.model_id,
+            status=status, error=error, model_id=self.generator.model_id,
         )
         slot.episode = None
-        with lock:
-            if stopped.is_set():  # the caller is gone: an episode cut by the interrupt is not a result
+        with self.lock:
+            if self.stopped.is_set():  # the caller is gone: an episode cut by the interrupt is not a result
                 return
-            results[order.pop(id(slot))] = traj
-            if on_finished:
-                on_finished([traj])
-            if progress:
-                progress(len(results), len(jobs))
+            self.results[self.order.pop(id(slot))] = traj
+            if self.on_finished:
+                self.on_finished([traj])
+            if self.progress:
+                self.progress(len(self.results), len(self.jobs))
 
-    def restart_env(slot: _Slot) -> None:
+    def restart_env(self, slot: _Slot) -> None:
         if slot.env is not None:
             try:
                 slot.env.close()
@@ -247,7 +270,7 @@ def _play(
                 log.debug("closing a broken env failed", exc_info=True)
         slot.env = None  # `start` makes the next one, so a failing make_env() counts as an attempt
 
-    def start(slot: _Slot, task: Task, sample: int, attempts: int = 1) -> str | None:
+    def start(self, slot: _Slot, task: Task, sample: int, attempts: int = 1) -> str | None:
         """Reset the slot's env on a task; a crashing env is restarted up to the retry limit.
 
         Runs in a worker thread (JVM starts and task loads overlap); returns the error that
@@ -256,58 +279,58 @@ def _play(
         while True:
             try:
                 if slot.env is None:
-                    slot.env = make_env()
+                    slot.env = self.make_env()
                 obs = slot.env.reset(task)
                 slot.episode = _Episode(task=task, sample=sample, initial_observation=obs, attempts=attempts)
                 return None
             except EnvError as exc:
-                if attempts > cfg.max_env_retries:
+                if attempts > self.cfg.max_env_retries:
                     slot.episode = _Episode(task=task, sample=sample, initial_observation="", attempts=attempts)
                     return f"reset failed: {exc}"
                 attempts += 1
-                restart_env(slot)
+                self.restart_env(slot)
 
-    def take(slot: _Slot) -> tuple[int, Task, int] | None:
-        with lock:
-            if not queue or stopped.is_set():
+    def take(self, slot: _Slot) -> tuple[int, Task, int] | None:
+        with self.lock:
+            if not self.queue or self.stopped.is_set():
                 return None
-            job = queue.popleft()
-            order[id(slot)] = job[0]
+            job = self.queue.popleft()
+            self.order[id(slot)] = job[0]
             return job
 
-    def step_one(slot: _Slot, action: str) -> StepResult | EnvError:
+    def step_one(self, slot: _Slot, action: str) -> StepResult | EnvError:
         try:
             assert slot.env is not None
             return slot.env.step(action)
         except EnvError as exc:
             return exc
 
-    def prompt_of(slot: _Slot) -> list:
+    def prompt_of(self, slot: _Slot) -> list:
         ep = slot.episode
         assert ep is not None
-        return cfg.prompt.messages(instructions, ep.initial_observation, ep.history)
+        return self.cfg.prompt.messages(self.instructions, ep.initial_observation, ep.history)
 
-    def record(slot: _Slot, gen, resp, action: str, res: StepResult | EnvError | None) -> None:
+    def record(self, slot: _Slot, gen, resp, action: str, res: StepResult | EnvError | None) -> None:
         """Apply one answer and its env step to the slot's episode: finish it, replay it on a
         fresh env after a crash, or leave it live for its next step."""
         ep = slot.episode
         assert ep is not None
         if gen.error:  # no answer even after the policy server's restarts: errored, as env crashes are
-            finish(slot, "errored", f"generation failed: {gen.error}")
+            self.finish(slot, "errored", f"generation failed: {gen.error}")
             return
         obs_before = ep.history[-1].observation if ep.history else ep.initial_observation
         if res is None:
             res = StepResult(INVALID_FORMAT_OBSERVATION, 0.0, False, False, {"invalid": True})
         if isinstance(res, EnvError):
-            if ep.attempts > cfg.max_env_retries:
-                finish(slot, "errored", f"env crashed: {res}")
+            if ep.attempts > self.cfg.max_env_retries:
+                self.finish(slot, "errored", f"env crashed: {res}")
                 return
-            restart_env(slot)  # replay from scratch on a fresh env
+            self.restart_env(slot)  # replay from scratch on a fresh env
             task, sample, attempts = ep.task, ep.sample, ep.attempts + 1
             slot.episode = None
-            error = start(slot, task, sample, attempts)
+            error = self.start(slot, task, sample, attempts)
             if error:
-                finish(slot, "errored", error)
+                self.finish(slot, "errored", error)
             return
         ep.last = res
         ep.steps.append(
@@ -319,88 +342,94 @@ def _play(
             )
         )
         ep.history.append(HistoryItem(plan=resp.plan, action=action, observation=res.observation, thought=resp.thought))
-        limit = min(ep.task.max_steps, cfg.max_steps or ep.task.max_steps)
+        limit = min(ep.task.max_steps, self.cfg.max_steps or ep.task.max_steps)
         if res.done or res.success or len(ep.steps) >= limit:
-            finish(slot)
+            self.finish(slot)
 
-    def act(gen) -> tuple[Any, str]:
-        resp = parse_response(clip_answer(gen.text, cfg.max_new_tokens))  # no backend answers more than its budget
-        return resp, normalize_action(resp.action) if resp.well_formed else ""
+    def act(self, gen) -> tuple[Any, str]:
+        resp = parse_response(clip_answer(gen.text, self.cfg.max_new_tokens))  # no backend answers more than its budget
+        return resp, self.normalize_action(resp.action) if resp.well_formed else ""
 
-    def play_slot(slot: _Slot) -> None:
+    def play_slot(self, slot: _Slot) -> None:
         """per_episode: this slot's thread plays jobs from the shared queue until it is empty."""
-        while (job := take(slot)) is not None:
+        while (job := self.take(slot)) is not None:
             idx, task, sample = job
-            error = start(slot, task, sample)
+            error = self.start(slot, task, sample)
             if error:
-                finish(slot, "errored", error)
+                self.finish(slot, "errored", error)
                 continue
-            while slot.episode is not None and not stopped.is_set():
+            while slot.episode is not None and not self.stopped.is_set():
                 ep = slot.episode
                 # One seed per (job, step, attempt): reproducible whatever order the threads run in.
-                seed = cfg.seed + (idx * 1_009 + len(ep.steps)) * 8 + ep.attempts
-                [gen] = generator.generate([prompt_of(slot)], temperature=cfg.temperature,
-                                           max_new_tokens=cfg.max_new_tokens, seed=seed)
-                if stopped.is_set():  # the answer came after the interrupt (or failed because of it)
+                seed = self.cfg.seed + (idx * 1_009 + len(ep.steps)) * 8 + ep.attempts
+                [gen] = self.generator.generate([self.prompt_of(slot)], temperature=self.cfg.temperature,
+                                                max_new_tokens=self.cfg.max_new_tokens, seed=seed)
+                if self.stopped.is_set():  # the answer came after the interrupt (or failed because of it)
                     return
-                resp, action = act(gen)
-                res = step_one(slot, action) if resp.well_formed and not gen.error else None
-                record(slot, gen, resp, action, res)
+                resp, action = self.act(gen)
+                res = self.step_one(slot, action) if resp.well_formed and not gen.error else None
+                self.record(slot, gen, resp, action, res)
 
-    def fill(pool: ThreadPoolExecutor) -> None:
+    def fill(self, pool: ThreadPoolExecutor) -> None:
         """ticks: give every idle slot the next job; envs start and reset side by side."""
         while True:
             batch = []
-            for slot in slots:
-                if slot.episode is None and (job := take(slot)) is not None:
+            for slot in self.slots:
+                if slot.episode is None and (job := self.take(slot)) is not None:
                     batch.append((slot, job[1], job[2]))
             if not batch:
                 return
-            errors = list(pool.map(lambda job: start(*job), batch))
+            errors = list(pool.map(lambda job: self.start(*job), batch))
             for (slot, _, _), error in zip(batch, errors, strict=True):
                 if error:  # the slot is idle again and takes the next job
-                    finish(slot, "errored", error)
+                    self.finish(slot, "errored", error)
 
-    pool = ThreadPoolExecutor(max_workers=len(slots))
-    try:
-        if scheduling == "per_episode":
-            pending = {pool.submit(play_slot, slot) for slot in slots}
-            while pending:  # waits of at most 1 s: a signal that another thread caught still reaches this one
-                done, pending = wait(pending, timeout=1.0, return_when=FIRST_EXCEPTION)
-                for fut in done:
-                    fut.result()
-        else:
-            fill(pool)
-            tick = 0
-            while any(s.episode for s in slots):
-                live = [s for s in slots if s.episode]
-                gens = generator.generate(
-                    [prompt_of(s) for s in live], temperature=cfg.temperature,
-                    max_new_tokens=cfg.max_new_tokens, seed=cfg.seed + tick,
-                )
-                tick += 1
-                acted = [act(g) for g in gens]
-                futures = [
-                    pool.submit(step_one, s, a) if r.well_formed and not g.error else None
-                    for s, g, (r, a) in zip(live, gens, acted, strict=True)
-                ]
-                for slot, gen, (resp, action), fut in zip(live, gens, acted, futures, strict=True):
-                    record(slot, gen, resp, action, fut.result() if fut is not None else None)
-                fill(pool)
-    except BaseException:
-        # Not `with pool:`, whose exit joins the slot threads, and they played on through the rest of the queue
-        # (a `kill` during an evaluation waited minutes, the vLLM server generating all the while). A slot thread
-        # ends after the answer it waits for, which the server's stop cuts short.
-        stopped.set()
-        pool.shutdown(wait=False, cancel_futures=True)
-        if (abandon := getattr(generator, "abandon", None)) is not None:
-            abandon()  # an OpenAI-compatible generator: the slot threads stop waiting on requests in flight
-        raise
-    pool.shutdown()
-    for slot in slots:
-        if slot.env is not None:
-            slot.env.close()
-    return [results[i] for i in range(len(jobs))]
+    def play_ticks(self, pool: ThreadPoolExecutor) -> None:
+        """ticks: one batched generate call over every live episode, then every env steps (on `pool`)."""
+        self.fill(pool)
+        tick = 0
+        while any(s.episode for s in self.slots):
+            live = [s for s in self.slots if s.episode]
+            gens = self.generator.generate(
+                [self.prompt_of(s) for s in live], temperature=self.cfg.temperature,
+                max_new_tokens=self.cfg.max_new_tokens, seed=self.cfg.seed + tick,
+            )
+            tick += 1
+            acted = [self.act(g) for g in gens]
+            futures = [
+                pool.submit(self.step_one, s, a) if r.well_formed and not g.error else None
+                for s, g, (r, a) in zip(live, gens, acted, strict=True)
+            ]
+            for slot, gen, (resp, action), fut in zip(live, gens, acted, futures, strict=True):
+                self.record(slot, gen, resp, action, fut.result() if fut is not None else None)
+            self.fill(pool)
+
+    def run(self, scheduling: str) -> list[Trajectory]:
+        """Play every job in `scheduling` ("ticks" or "per_episode"); the trajectories in job order."""
+        pool = ThreadPoolExecutor(max_workers=len(self.slots))
+        try:
+            if scheduling == "per_episode":
+                pending = {pool.submit(self.play_slot, slot) for slot in self.slots}
+                while pending:  # waits of at most 1 s: a signal that another thread caught still reaches this one
+                    done, pending = wait(pending, timeout=1.0, return_when=FIRST_EXCEPTION)
+                    for fut in done:
+                        fut.result()
+            else:
+                self.play_ticks(pool)
+        except BaseException:
+            # Not `with pool:`, whose exit joins the slot threads, and they played on through the rest of the queue
+            # (a `kill` during an evaluation waited minutes, the vLLM server generating all the while). A slot thread
+            # ends after the answer it waits for, which the server's stop cuts short.
+            self.stopped.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            if (abandon := getattr(self.generator, "abandon", None)) is not None:
+                abandon()  # an OpenAI-compatible generator: the slot threads stop waiting on requests in flight
+            raise
+        pool.shutdown()
+        for slot in self.slots:
+            if slot.env is not None:
+                slot.env.close()
+        return [self.results[i] for i in range(len(self.jobs))]
 
 
 def resolve_scheduling(cfg: RolloutConfig, generator: Generator) -> str:

@@ -14,4 +14,5 @@ def test_a_bucket_or_split_without_episodes_has_no_rate():
     out = rate_entries(rows, [{"split": "seen", **r} for r in by_bucket])
     assert out["seen_easy_success_rate"] == 0.5 and out["seen_hard_success_rate"] == 1.0
     assert out["seen_medium_episodes"] == 0 and "seen_medium_success_rate" not in out
-    assert out["seen_success_rate"] == 2 / 3 and "unseen_success_rate" not in out and "unseen_avg_reward" not in out
+    assert (out["seen_successes"], out["seen_episodes"], out["unseen_episodes"]) == (2, 3, 0)
+    assert out["seen_success_rate"] == 2 / 3 and "unseen_success_rate" not in out and "unseen_successes" not in out and "unseen_avg_reward" not in out

@@ -1,7 +1,8 @@
 from dataclasses import replace
 
 from flywheel.core.gate import dataset_problems, reward_gate
-from flywheel.core.metrics import markdown_table, summarize
+from flywheel.core.metrics import markdown_table, md_table, success_cell, summarize
+from flywheel.core.quality import rate
 from tests.fakes import make_traj
 
 
@@ -36,6 +37,15 @@ def test_summarize_excludes_errored_from_rates():
     assert "| 0.500 |" in markdown_table([s], ["success_rate"])
 
 
+def test_one_success_cell_and_one_table_writer():
+    """Every report, the paper's tables and the demo write a success rate and a table through these two."""
+    r = rate(57, 105)
+    assert success_cell(r) == "54.3 [44.8, 63.5] (57/105)"
+    assert success_cell(r, counts=False) == "54.3 [44.8, 63.5] (n=105)"
+    assert success_cell(rate(0, 0), counts=False) == success_cell(None, counts=False) == "-"
+    assert md_table(["k", "x"], [[0, "a"], [1, None]]) == "| k | x |\n|---|---|\n| 0 | a |\n| 1 | None |"
+
+
 def _with_invalid(tr, at: int, action: str):
     """`tr` with a rejected action inserted before step `at` (the page stays as it was)."""
     s = tr.steps[at]
@@ -63,12 +73,13 @@ def materialize_gate_and_check(db, loop, policy):
 
     from flywheel.assets import refinement
     from flywheel.orchestration.partitions import flywheel_partitions, partition_key
-    from flywheel.resources import StoreResource
+    from flywheel.resources import EnvResource, StoreResource
 
     return dg.materialize(
         [refinement.gated_dataset, refinement.gated_dataset_check(flywheel_partitions)],
         partition_key=str(partition_key("scienceworld", 0)), instance=dg.DagsterInstance.ephemeral(),
-        resources={"store": StoreResource(path=str(db.path)), "loop": loop, "policy": policy}, raise_on_error=False)
+        resources={"store": StoreResource(path=str(db.path)), "loop": loop, "policy": policy, "envs": EnvResource()},
+        raise_on_error=False)
 
 
 def test_gate_drops_invalid_steps_before_it_compares_and_before_sft(tmp_path):

@@ -10,6 +10,7 @@ import dagster as dg
 import pytest
 
 import flywheel.cli as cli
+from flywheel.drivers.demo import closing_table
 from flywheel.drivers.pipeline import StageFailed, run_stage
 from flywheel.orchestration.failures import fail_once
 from flywheel.teacher.base import TeacherError, TeacherRefused
@@ -80,6 +81,6 @@ def test_a_full_disk_outside_a_stage_is_one_line_exit_2(monkeypatch, capsys):
 def test_the_demos_closing_table_is_never_what_fails(tmp_path):
     damaged = tmp_path / "flywheel.duckdb"
     damaged.write_bytes(b"\0" * 5000)  # what a full disk can leave
-    line = cli.closing_table(damaged, "scienceworld")
+    line = closing_table(damaged, "scienceworld")
     assert line.startswith(f"(no table: the store {damaged} could not be read: ") and "\n" not in line
-    assert cli.closing_table(tmp_path / "none.duckdb", "scienceworld") == "(no evaluation recorded)"
+    assert closing_table(tmp_path / "none.duckdb", "scienceworld") == "(no evaluation recorded)"

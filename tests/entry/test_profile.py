@@ -2,6 +2,7 @@
 and experiments; nothing in flywheel/ reads the environment at import time."""
 
 import ast
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -123,11 +124,12 @@ def test_the_code_location_reads_flywheel_profile(tmp_path):
 
 
 def test_cli_commands_read_the_profile(tmp_path, capsys):
-    from flywheel.cli import build_parser, demo_resources, main, profile_of
+    from flywheel.cli import build_parser, main
+    from flywheel.drivers.demo import demo_profile, demo_resources
 
     path = write_profile(tmp_path)
     args = build_parser().parse_args(["--profile", str(path), "demo", "--benchmark", "webshop"])
-    profile_of(args)
+    demo_profile(args)
     assert args.runs_dir == str(tmp_path / "runs" / "demo") and args.model == str(tmp_path / "model")
     res = demo_resources(args)
     assert isinstance(res["policy"], ManagedVLLMPolicy) and isinstance(res["teacher"], OpenAITeacherResource)
@@ -235,3 +237,18 @@ def test_k_is_called_iterations_and_the_old_spellings_load_for_one_release_with_
     assert any("max_iteration is deprecated" in t and "rename it to iterations" in t for t in texts)
     assert any("loop.max_iterations is deprecated" in t and "rename it to loop.iterations" in t for t in texts)
     assert "rename it to iterations" in caplog.text  # the log says it too, where warnings are not shown
+
+
+def test_a_profile_written_by_to_yaml_loads_back_the_same(tmp_path):
+    """`Profile.to_yaml` (the demo writes its own profile with it, for `make ui`) loses nothing: references,
+    K, paths, backend, cadence and every section field come back equal."""
+    profile = Profile(benchmarks=("tinybench", "webshop"), benchmark_refs={"tinybench": "tests.tinybench:SPEC"},
+                      iterations=4, runs_dir=str(tmp_path / "runs"), model="tiny", loop_cron="0 * * * *",
+                      sections={"envs": {"train_limit": 3, "spec_options": {"webshop": {"prompt": "compact"}}},
+                                "loop": {"iterations": 2, "continue_on_empty_gate": True},
+                                "teacher": {"base_url": "http://127.0.0.1:8000/v1", "model": "teacher"}})
+    path = tmp_path / "written.yaml"
+    path.write_text(profile.to_yaml())
+    back = load_profile(path)
+    assert dataclasses.replace(back, source="") == profile
+    assert type(back.resources()["teacher"]).__name__ == "OpenAITeacherResource"

@@ -15,7 +15,7 @@ import pytest
 from envs.base import BenchmarkSpec, Env, EnvError, StepResult, Task
 from envs.data import MissingDataError, data_dir
 from envs.webshop import CATALOG_ORIGINAL, CATALOG_STANDIN, SPEC, WebShopEnv, WebShopSpec
-from envs.webshop.catalog import build_standin, load_catalog, parse_instruction_category
+from envs.webshop.catalog import load_catalog
 from envs.webshop.reward import (
     get_option_reward,
     get_reward,
@@ -24,6 +24,7 @@ from envs.webshop.reward import (
     token_set_ratio,
 )
 from envs.webshop.search import K1, B, SearchEngine, analyze, porter_stem
+from envs.webshop.standin import build_standin, parse_instruction_category
 
 STANDIN_FILE = data_dir() / "webshop" / "items_ins_v2_1000.json"
 needs_standin = pytest.mark.skipif(not STANDIN_FILE.exists(), reason=f"shared data missing: {STANDIN_FILE}")
@@ -156,7 +157,7 @@ def test_analyzer_and_porter_stemmer():
 
 
 def test_bm25_scores_follow_lucene_formula(tmp_path):
-    from envs.webshop.catalog import Product
+    from envs.webshop.products import Product
 
     def p(asin, title):
         return Product(asin, title, "q", "c", "a › b", "", [], [], {}, [1.0], "$1.0")

@@ -29,7 +29,7 @@ import os, sys, time
 from pathlib import Path
 import dagster as dg
 import flywheel.assets.training as training_assets
-from flywheel import cli
+from flywheel.orchestration import slots
 from flywheel.assets.curriculum import CurriculumResource
 from flywheel.definitions import build_defs
 from flywheel.orchestration.partitions import partition_key
@@ -47,7 +47,7 @@ def fake_train(base, examples, out, cfg, progress=None):  # stands in for TRL: t
     return TrainResult(path=str(out), n_examples=len(examples), n_dropped=0, train_loss=1.0, steps=1)
 
 training_assets.train_sft = fake_train
-instance = cli._ready_instance() if mode == "demo-start" else cli._instance()
+instance = slots.ready_instance() if mode == "demo-start" else slots.command_instance()
 job = build_defs({"store": StoreResource(path=db), "envs": EnvResource(), "curriculum": CurriculumResource(),
                   "policy": TransformersPolicy(base_model_path=model, checkpoints_dir=ck)}).resolve_job_def("iteration_job")
 result = job.execute_in_process(partition_key=str(partition_key("scienceworld", 0)), instance=instance,

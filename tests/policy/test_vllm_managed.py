@@ -22,8 +22,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from flywheel.policy.vllm_client import ManagedVLLMGenerator
 from flywheel.policy.vllm_server import (
-    ManagedVLLMGenerator,
     VLLMServer,
     VLLMServerConfig,
     VLLMServerError,

@@ -14,6 +14,8 @@ from flywheel.reports import paper
 from flywheel.reports.dashboard import all_benchmarks_table
 from flywheel.reports.render import render_committed
 from tests.fakes import BareSpec
+from tests.helpers import paper_arm as _arm
+from tests.helpers import paper_checkpoint as _ck
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,17 +178,6 @@ def test_the_report_gives_average_reward_an_interval_and_a_paired_difference(tmp
     md = render_markdown({"arms": {"a": {**res, "splits": ["unseen"], "config": {}, "provenance": {}}},
                           "arm_comparisons": [], "claims": []}, preset)
     assert f"| 0.500 [{r0['ci_low']:.3f}, {r0['ci_high']:.3f}] |" in md and "| +0.250 [" in md
-
-
-def _ck(k: int, wins: int, n: int = 10) -> dict:
-    """A checkpoint that solved tasks t0..t(wins-1) of n (so any two pair up exactly)."""
-    return {"k": k, "splits": {"unseen": {"success": quality.rate(wins, n),
-                                          "outcomes": {f"t{i}": i < wins for i in range(n)}}}}
-
-
-def _arm(arm: str, method: str, checkpoints: dict, start_from: str | None = None) -> dict:
-    return {"preset": "p", "arm": arm, "benchmark": "scienceworld", "method": method, "history_mode": "fused",
-            "start_from": start_from, "checkpoints": checkpoints}
 
 
 def test_the_stage_ablation_pairs_each_run_with_its_own_previous_stage():

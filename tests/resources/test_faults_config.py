@@ -158,7 +158,8 @@ def test_config_error_exits_2_in_one_line_from_the_shell(tmp_path):
 
 def test_demo_task_types_are_per_benchmark():
     from envs import get_benchmark
-    from flywheel.cli import build_parser, demo_resources
+    from flywheel.cli import build_parser
+    from flywheel.drivers.demo import demo_resources
 
     def types(*argv):
         return demo_resources(build_parser().parse_args(["demo", *argv]))["envs"].task_types
