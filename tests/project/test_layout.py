@@ -319,3 +319,17 @@ def test_the_tiny_model_fixture_is_conftest_s_alone():
     defined = [p.relative_to(TESTS).as_posix() for p in sorted(TESTS.rglob("*.py"))
                if p != TESTS / "conftest.py" and pattern.search(p.read_text(encoding="utf-8"))]
     assert not defined and pattern.search((TESTS / "conftest.py").read_text(encoding="utf-8"))
+
+
+def test_no_symlink_is_tracked():
+    """A tracked symlink (e.g. a worktree's `.cache` link to another checkout's models) replaces, on checkout,
+    the ignored folder of that name: git treats ignored files as expendable, so the models went with it."""
+    import shutil
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    listed = subprocess.run(["git", "-C", str(root), "ls-files", "-s"], capture_output=True, text=True, check=True)
+    links = [line.split("\t", 1)[1] for line in listed.stdout.splitlines() if line.startswith("120000 ")]
+    assert links == [], f"tracked symlinks: {links}; `git rm --cached` them (and ignore them in .gitignore)"
