@@ -14,15 +14,16 @@ from __future__ import annotations
 # in-process transformers policy, packed SFT) shows the flywheel turning in under 15 minutes on a 2-core CPU
 # (README "Two commands"): k=0 solves some evaluation tasks, the reward gate admits rollouts, and k=1 is
 # compared with k=0 over the same tasks. Measured on a 2-core Xeon with AVX512-BF16 (bf16 autocast):
-# an SFT step of 4 examples ~3.5 s; 16 greedy evaluation episodes ~1.5-2.3 min; 8 rollout episodes ~1-1.5 min.
+# an SFT step of 4 examples ~3.4 s; 16 greedy evaluation episodes ~1.5 min; 8 rollout episodes ~1 min; the
+# whole demo 9.3-9.5 min in three clean-clone runs (11.0-11.1 with install and model conversion).
 # - 8 training tasks x 1 sample = 8 rollout episodes at temperature 0.7 (seeds from the same 8 tasks, plus the
 #   synthetic curriculum: ~30 SFT examples);
 # - 8 evaluation tasks per split (seen, unseen) = 16 greedy episodes per checkpoint, one batch of 16 envs:
 #   n=8 per split gives Wilson intervals ~35-50 points wide, so the table says how little a demo shows;
 # - at most 5 env steps: the demo task types' shortcut gold paths are 2-4 steps;
 # - 40 SFT steps of 4 examples at k=0 (about 5 passes; with 6 steps, as before, SmolLM2 only ever wrote
-#   `look around` and the gate stayed empty in every run), learning rate 3e-4; k=1 continues from k=0 for 12
-#   steps (policy.refine_train_steps) on the seeds plus the gated successes; examples of at most 768 tokens
+#   `look around` and the gate stayed empty in every run), learning rate 3e-4; k=1 continues from k=0 for at
+#   most 12 steps (policy.refine_train_steps; whole passes: 9) on the seeds plus the gated successes; examples of at most 768 tokens
 #   (longer ones are dropped; the demo's are ~450-650);
 # - 6 training tasks set aside for the promotion gate: 6 greedy episodes of k=1 and of k=0 after k=1's SFT;
 # - 2 past steps in a prompt, each cut to 250 characters: prompts of ~350-550 tokens;
