@@ -20,7 +20,7 @@ def test_the_gate_cuts_a_repeated_look_verified_by_replay_and_sft_reads_the_cut(
     instance = dg.DagsterInstance.ephemeral()
     assert run(defs, "bootstrap_job", BENCH, BOOTSTRAP, instance).success
     it0 = run(defs, "iteration_job", partition_key(BENCH, 0), ["sft_checkpoint", "rollouts", "gated_dataset"], instance)
-    assert it0.success and check_results(it0) == {"gated_dataset_is_usable": True}
+    assert it0.success and check_results(it0) == {"gated_dataset_is_usable": True, "checkpoint_is_promoted": True}
 
     db = Store(tmp_path / "fw.duckdb")
     teacher = {t.task_id: t.actions for t in db.load_trajectories(benchmark=BENCH, source="teacher")}

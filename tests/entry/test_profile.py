@@ -66,7 +66,7 @@ def test_a_profile_configures_partitions_resources_and_schedule(tmp_path):
     assert job.partitions_def.get_partition_keys()[-1] == "webshop|5"
     dg.Definitions.validate_loadable(defs)  # what `dagster definitions validate` runs: checks share the partitions
     checks = {k.name for k in graph.asset_check_keys}
-    assert checks == {"gated_dataset_is_usable", "seen_success_vs_previous"}
+    assert checks == {"gated_dataset_is_usable", "seen_success_vs_previous", "checkpoint_is_promoted"}
     assert defs.resolve_schedule_def("flywheel_schedule").cron_schedule == "0 * * * *"
     res = defs.resources
     assert isinstance(res["policy"], ManagedVLLMPolicy) and res["policy"].history_window == 2

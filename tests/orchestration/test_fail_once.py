@@ -151,7 +151,9 @@ def test_failed_blocking_check_binds_k_plus_one_unless_opted_out(tmp_path, insta
     # (This store has no k=0 checkpoint: k=1 trains from the base model, not from k-1 as by default.)
     base = TransformersPolicy(base_model_path=str(tmp_path / "model"), checkpoints_dir=str(tmp_path / "ck"),
                               refine_from="base")
-    result, _ = run(instance, resources(tmp_path, loop=LoopResource(continue_on_empty_gate=True), policy=base), 1,
+    # (No k=0 checkpoint for the promotion gate to compare k=1 with: the gate is off here.)
+    result, _ = run(instance, resources(tmp_path, loop=LoopResource(continue_on_empty_gate=True, promotion_gate=False),
+                                        policy=base), 1,
                     ["sft_checkpoint"])
     assert result.success and len(fake_train) == 1
     meta = result.get_asset_materialization_events()[0].materialization.metadata
