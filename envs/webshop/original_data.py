@@ -17,7 +17,7 @@ from envs.webshop.products import (
     Catalog,
     Goal,
     Product,
-    instruction_with,
+    instructed_goal,
     make_goal,
     price_tag,
     read_json,
@@ -142,13 +142,5 @@ def _synthetic_goals(
         names = sorted(product.options)
         for combo in itertools.product(*(product.options[n] for n in names)):
             chosen = dict(zip(names, combo, strict=True))
-            goals.append(
-                make_goal(
-                    product,
-                    instruction_with(info["instruction"], chosen, price_text),
-                    info["instruction_attributes"],
-                    chosen,
-                    upper,
-                )
-            )
+            goals.append(instructed_goal(product, info, chosen, upper, price_text))
     return goals

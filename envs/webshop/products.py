@@ -147,3 +147,11 @@ def make_goal(product: Product, text: str, attributes: list[str], options: Any, 
 def instruction_with(base: str, options: dict[str, str], price_text: str) -> str:
     option_text = ", and ".join(f"{k}: {v}" for k, v in options.items())
     return f"{base}{' with ' + option_text if option_text else ''}{price_text}"
+
+
+def instructed_goal(product: Product, item: dict[str, Any], chosen: dict[str, str], upper: float,
+                    price_text: str) -> Goal:
+    """The goal of an instructed item (its `instruction` and `instruction_attributes`) with the options chosen
+    and a price bound: how both the original data's goals and the stand-in's are written."""
+    return make_goal(product, instruction_with(item["instruction"], chosen, price_text),
+                     item["instruction_attributes"], chosen, upper)

@@ -23,8 +23,7 @@ from envs.webshop.products import (
     GOAL_SHUFFLE_SEED,
     Catalog,
     Product,
-    instruction_with,
-    make_goal,
+    instructed_goal,
     price_tag,
     read_json,
     split_indices,
@@ -374,15 +373,7 @@ def build_standin(ins_path: Path) -> Catalog:
         rng = random.Random(f"{seed}:goal:{asin}")
         chosen = {name: rng.choice(values) for name, values in sorted(product.options.items())}
         upper, price_text = price_upper_for(prices[asin], rng)
-        goals.append(
-            make_goal(
-                product,
-                instruction_with(info["instruction"], chosen, price_text),
-                info["instruction_attributes"],
-                chosen,
-                upper,
-            )
-        )
+        goals.append(instructed_goal(product, info, chosen, upper, price_text))
     random.Random(GOAL_SHUFFLE_SEED).shuffle(goals)
     test, train = split_indices(len(goals))
     return Catalog(CATALOG_STANDIN, str(ins_path), final, prices, goals, test, train)
