@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from envs.alfworld import prompts
 from envs.alfworld.data import alfworld_root, game_file, load_index, load_traj_data
 from envs.alfworld.env import AlfWorldEnv
-from envs.alfworld.expert import EXPERT_MAX_STEPS, choose
+from envs.alfworld.expert import EXPERT_MAX_STEPS, choose, expert_limit
 from envs.alfworld.tasks import (
     ALIASES,
     DEFAULT_MAX_STEPS,
@@ -53,6 +53,11 @@ class AlfWorldSpec:
     root: str | None = None
     max_steps: int = DEFAULT_MAX_STEPS
     expert_seed: int = 0
+    # The longest searching-expert path a seed or a synthesized task takes (None: the episode's limit). Past it a
+    # seed takes the game's PDDL walkthrough (the planner's shortest path) and a synthesized task is unsolved:
+    # at 36 steps the searching paths of 9 of cpu-alfworld's 36 seed games were 13-36 steps long, so the step cap
+    # also changed the seeds; 12 keeps cpu-alfworld's seeds under a longer episode limit.
+    expert_path_steps: int | None = None
     # The expert's worker process: this spec's own, started on first use, ended by `close()`.
     _expert: OwnedProcess[WorkerClient] = field(default_factory=expert_worker, init=False, repr=False, compare=False)
 
@@ -87,7 +92,8 @@ class AlfWorldSpec:
     def expert_result(self, task: Task) -> dict[str, Any]:
         """{"actions", "source", "handcoded": {...}, "walkthrough_won"} for `task`."""
         folder = split_folder(task.split)
-        key = f"{folder}/{task.task_id}|{self.expert_seed}|{task.max_steps}|{EXPERT_CACHE_VERSION}"
+        limit = expert_limit(task.max_steps, self.expert_path_steps)
+        key = f"{folder}/{task.task_id}|{self.expert_seed}|{limit}|{EXPERT_CACHE_VERSION}"
         path = cache_dir() / "alfworld_expert" / f"{hashlib.sha1(key.encode()).hexdigest()}.json"
         if path.exists():
             return json.loads(path.read_text())
@@ -95,7 +101,7 @@ class AlfWorldSpec:
         with self._expert.use() as worker:
             result = solve_in_worker(worker, root, folder, task.task_id, seed=self.expert_seed)
         walkthrough = load_index(root)[folder][task.task_id]["walkthrough"]
-        actions, source = choose(result, walkthrough, task.max_steps)
+        actions, source = choose(result, walkthrough, limit)
         record = {"task_id": task.task_id, "split": folder, "actions": actions, "source": source, **result}
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -124,7 +130,8 @@ class AlfWorldSpec:
         spec's step limit, as the seeds do."""
         from envs.alfworld.synthesis import AlfWorldSynthesizer
 
-        return AlfWorldSynthesizer(root=self.root, expert_seed=self.expert_seed, max_steps=self.max_steps)
+        return AlfWorldSynthesizer(root=self.root, expert_seed=self.expert_seed, max_steps=self.max_steps,
+                                   expert_path_steps=self.expert_path_steps)
 
 
 def solve_in_worker(

@@ -123,6 +123,11 @@ def without_looks(actions: list[str]) -> list[str]:
     return [a for a in actions if a != "look"]
 
 
+def expert_limit(max_steps: int, expert_path_steps: int | None) -> int:
+    """The longest searching-expert path a seed or synthesized task may take: the episode's limit, or less."""
+    return max_steps if expert_path_steps is None else min(max_steps, expert_path_steps)
+
+
 def choose(result: dict[str, Any], walkthrough: list[str], max_steps: int) -> tuple[list[str], str]:
     """The action list to use and its source ("handcoded", without its `look`s, or "walkthrough")."""
     expert = result["handcoded"]

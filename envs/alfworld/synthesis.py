@@ -49,7 +49,7 @@ from typing import Any
 
 from envs.alfworld.data import alfworld_root, game_file, load_index
 from envs.alfworld.env import AlfWorldEnv, strip_banner
-from envs.alfworld.expert import EXPERT_MAX_STEPS, without_looks
+from envs.alfworld.expert import EXPERT_MAX_STEPS, expert_limit, without_looks
 from envs.alfworld.tasks import ALIASES, DEFAULT_MAX_STEPS, TASK_TYPES, task_type_of
 from envs.base import Env, Task
 from envs.data import cache_dir
@@ -181,10 +181,12 @@ class SyntheticAlfWorldEnv(AlfWorldEnv):
 class AlfWorldSynthesizer:
     benchmark = "alfworld"
 
-    def __init__(self, root: str | None = None, expert_seed: int = 0, max_steps: int = DEFAULT_MAX_STEPS) -> None:
+    def __init__(self, root: str | None = None, expert_seed: int = 0, max_steps: int = DEFAULT_MAX_STEPS,
+                 expert_path_steps: int | None = None) -> None:
         self.root = root
         self.expert_seed = expert_seed
         self.max_steps = max_steps  # the spec's episode limit: a synthesized task gets the seeds' limit
+        self.expert_path_steps = expert_path_steps  # and the seeds' longest searching path (AlfWorldSpec)
 
     def proposal_schema(self) -> str:
         return SCHEMA
@@ -370,8 +372,8 @@ class AlfWorldSynthesizer:
             raise ValueError(f"the handcoded expert did not win: stopped by {expert['stopped']} after {len(expert['actions'])} actions")
         # Without its no-op `look`s, as the seeds' paths (`expert.choose`); the caller replays it to a win.
         actions = without_looks(expert["actions"])
-        if len(actions) > task.max_steps:
-            raise ValueError(f"the handcoded expert needed {len(actions)} actions, over the limit of {task.max_steps}")
+        if len(actions) > (limit := expert_limit(task.max_steps, self.expert_path_steps)):
+            raise ValueError(f"the handcoded expert needed {len(actions)} actions, over the limit of {limit}")
         path = Path(task.meta["game_file"])
         game = json.loads(path.read_text())
         if game.get("walkthrough") != actions:  # the game file now carries a real solution

@@ -131,7 +131,7 @@ def sft_checkpoint(
                                 continue_on_empty_gate=loop.continue_on_empty_gate):
             fail_once(context, gate_refusal(benchmark, k - 1, passed, int(gate["passed"] or 0)))
     trajs, counts = training_set(db, benchmark, k, include_synthetic=curriculum.synthesize,
-                                 refine_from=policy.refine_from, seed=policy.seed,
+                                 refine_from=policy.refine_from, seed=policy.sft_seed(k),
                                  replay=policy.replay, drop_invalid_steps=loop.gate_drops_invalid_steps)
     start_model = policy.base_model_path
     if policy.refine_from == "previous" and k > 0:  # continue from checkpoint k-1, or the one the gate kept instead

@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 PRESETS_DIR = REPO_ROOT / "experiments"
 RESULTS_DIR = PRESETS_DIR / "results"
+PROMOTED = "promoted"  # a claim's `ARM@promoted`: the checkpoint the promotion gate holds after the arm's last k
 TOP_LEVEL = {"name", "description", "benchmark", "iterations", "model", "arms", "notes", "continue_on_empty_gate",
              "policy_backend", "compare", "replicates", "minimal_effect", "runs",
              *SECTIONS}
@@ -55,8 +56,9 @@ class Preset:
     # Who generates in rollouts and evaluation: "transformers" (in process) or "vllm" (a managed
     # vLLM server from `make vllm`'s environment); training is the same TRL SFT either way.
     policy_backend: str = Profile.policy_backend
-    # The claims the report states up front: (arm, k, reference arm, k); k None = the arm's last evaluated k.
-    compare: list[tuple[str, int | None, str, int | None]] = field(default_factory=list)
+    # The claims the report states up front: (arm, k, reference arm, k); k None = the arm's last evaluated k,
+    # PROMOTED = the checkpoint the promotion gate holds after the arm's last k.
+    compare: list[tuple[str, int | str | None, str, int | str | None]] = field(default_factory=list)
     # Replicate runs of one recipe: group name -> its arms (same configuration, independent rollout samples);
     # a claim naming the group's first arm is reported per replicate and pooled over them.
     replicates: dict[str, list[str]] = field(default_factory=dict)
@@ -169,16 +171,20 @@ def load_preset(name_or_path: str) -> Preset:
     return preset
 
 
-def parse_claim(text: Any, arms: dict[str, Any], *, where: str) -> tuple[str, int | None, str, int | None]:
-    """`"bpo@2 vs sft-control@2"` -> ("bpo", 2, "sft-control", 2); `@last` or no `@` = the last evaluated k."""
-    def side(s: str) -> tuple[str, int | None]:
+def parse_claim(text: Any, arms: dict[str, Any], *, where: str) -> tuple[str, int | str | None, str, int | str | None]:
+    """`"bpo@2 vs sft-control@2"` -> ("bpo", 2, "sft-control", 2); `@last` or no `@` = the last evaluated k;
+    `@promoted` = the checkpoint the promotion gate holds after the arm's last k (the last k where no gate ran)."""
+    def side(s: str) -> tuple[str, int | str | None]:
         arm, _, k = s.strip().partition("@")
         if arm not in arms:
             raise ConfigurationError(f"{where}: compare {text!r}: no arm {arm!r}; arms: {', '.join(arms)}")
         if k in ("", "last"):
             return arm, None
+        if k == PROMOTED:
+            return arm, PROMOTED
         if not k.isdigit():
-            raise ConfigurationError(f"{where}: compare {text!r}: @{k} must be an iteration number or 'last'")
+            raise ConfigurationError(f"{where}: compare {text!r}: @{k} must be an iteration number, 'last' or "
+                                     f"'{PROMOTED}'")
         return arm, int(k)
 
     if not isinstance(text, str) or text.count(" vs ") != 1:

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from flywheel.config.presets import Preset
+from flywheel.config.presets import PROMOTED, Preset
 from flywheel.core.metrics import md_table, success_cell
 from flywheel.core.provenance import (
     arm_file,
@@ -207,6 +207,19 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
     return "\n".join(parts)
 
 
+def claim_name(r: dict[str, Any]) -> str:
+    """A claim row's name: "`bpo`@2 vs `bpo-stage2`@0", with `@promoted (k=1)` where the preset asked for it."""
+    asked = r.get("asked") or [r["k"], r["reference_k"]]
+    return f"{_claim_side(r['arm'], asked[0], r['k'])} vs {_claim_side(r['reference'], asked[1], r['reference_k'])}"
+
+
+def _claim_side(arm: str, asked: Any, k: int | None) -> str:
+    """One side of a claim: `bpo`@2, `bpo`@last, or `bpo`@promoted (k=1) with the k the gate held."""
+    if asked == PROMOTED:
+        return f"`{arm}`@promoted" + (f" (k={k})" if isinstance(k, int) else "")
+    return f"`{arm}`@{k if k is not None else 'last'}"
+
+
 def render_claims(rows: list[dict[str, Any]]) -> list[str]:
     """The preset's claims first: each run's paired difference against its own reference, then the pooled one
     (per-run differences, their spread, the hierarchical interval and a t-interval), and the verdict."""
@@ -226,8 +239,8 @@ def render_claims(rows: list[dict[str, Any]]) -> list[str]:
 
     table = []
     for r in rows:
-        name = f"`{r['arm']}`@{r['k'] if r['k'] is not None else 'last'} vs `{r['reference']}`@" \
-               f"{r['reference_k'] if r['reference_k'] is not None else 'last'}"
+        asked = r.get("asked") or [r["k"], r["reference_k"]]
+        name = claim_name(r)
         if r.get("status"):
             table.append([name, "-", "-", "-", "-", f"not run yet (missing: {', '.join(r['missing'])})", "-", "-", "-", "-"])
             continue
@@ -236,7 +249,8 @@ def render_claims(rows: list[dict[str, Any]]) -> list[str]:
             paired = f"`{d['paired_with']}` ({d['pairing']})" if d.get("paired_with") else "-"
             w = r.get("with_run_variance")
             extra = f"; with run variance [{100 * w['ci_low']:+.1f}, {100 * w['ci_high']:+.1f}]" if w and not pooled else ""
-            table.append([name, r["split"], f"`{m}`", paired, d.get("block", "-"), diff(d) + extra, f"{d['gained']}/{d['lost']}",
+            at = f" (k={d['k']})" if PROMOTED in asked and len(r["replicates"]) > 1 else ""  # resolved run by run
+            table.append([name, r["split"], f"`{m}`{at}", paired, d.get("block", "-"), diff(d) + extra, f"{d['gained']}/{d['lost']}",
                           f"{d['mcnemar_p']:.3g}", ("yes" if d["significant"] else "no") if pooled else verdict(r),
                           _reward_delta(d.get("reward"))])
             if g := d.get("within_blocks"):  # other k=0 weights: each side's gain over its own k=0
@@ -257,7 +271,7 @@ def render_claims(rows: list[dict[str, Any]]) -> list[str]:
             "run is paired with its own reference: its own control (the control from its k=0 weights where it has "
             "none of its own) and its own k=0, never another run's (`paired with`); `k=0 block` checks by the k=0 "
             "weights' sha256 that a run and its control or k=0 share weights (a k=0 retrained on another machine or "
-            "dtype is other weights: another block; the dtype itself is not recorded, `auto` resolves per CPU). "
+            "dtype is other weights: another block; `auto` resolves per CPU, and arms since issue 55 record the dtype their k=0 trained in). "
             "Where they do not, a `block by block` row compares the two sides' gains over their own k=0s (paired "
             "per task, 10,000 resamples), which the k=0s' difference does not enter. Per run: the mean difference with a 95% paired bootstrap "
             "interval over tasks (10,000 resamples), tasks gained/lost and the exact McNemar p; this interval "
@@ -303,12 +317,12 @@ def render_design(results: dict[str, Any], preset: Preset) -> list[str]:
         return parts + ["The preset names no `minimal_effect`: no claim's power is stated.", ""]
     claim_rows = []
     claims = [r for r in results.get("claims") or [] if not r.get("status")]
-    with_all = {(r["arm"], r["k"], r["reference"]) for r in claims if r["split"] == "all"}
+    with_all = {claim_name(r) for r in claims if r["split"] == "all"}
     for r in claims:  # one row per claim: its splits pooled where it has several
         p = r.get("power") or {}
-        if r["split"] != "all" and (r["arm"], r["k"], r["reference"]) in with_all:
+        if r["split"] != "all" and claim_name(r) in with_all:
             continue
-        claim_rows.append([f"`{r['arm']}`@{r['k']} vs `{r['reference']}`@{r['reference_k']}", " + ".join(p["sources"]),
+        claim_rows.append([claim_name(r), " + ".join(p["sources"]),
                            f"{100 * p['sd_components']:.1f}" if p.get("sd_components") else "-",
                            f"{100 * p['sd_spread']:.1f}" if p.get("sd_spread") else "-",
                            p["runs"], f"{100 * p['power']:.0f}%" if p.get("power") is not None else "-",

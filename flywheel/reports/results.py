@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from flywheel.config.presets import Preset, arm_config, arm_order
+from flywheel.config.presets import PROMOTED, Preset, arm_config, arm_order
 from flywheel.core.metrics import answer_lengths
 from flywheel.core.provenance import (
     arm_file,
@@ -198,11 +198,13 @@ def collect_results(preset: Preset, runs: Path, results: Path | None = None) -> 
 
 def claim_outcomes(preset: Preset, records: dict[str, dict[str, Any]], arm: str, k: int | None,
                    *, reward: bool = False) -> tuple[int, dict[str, dict[str, Any]]] | None:
-    """(k, {split: {task: success}}) of an arm at k (None: its last evaluated k); a k=0 that the arm took from
+    """(k, {split: {task: success}}) of an arm at k (None: its last evaluated k; PROMOTED: `promoted_k`); a k=0 that the arm took from
     its start arm without evaluating it again is that arm's evaluation of the same weights. `reward`: task ->
     reward instead of success."""
     if arm not in records:
         return None
+    if k == PROMOTED:
+        k = promoted_k(records[arm])
     own = outcomes_of(records[arm], reward=reward)
     source = preset.arm_sections(arm).get("method", {}).get("start_from")
     if k == 0 and not any(kk == 0 for kk, _ in own) and source in records:
@@ -211,6 +213,16 @@ def claim_outcomes(preset: Preset, records: dict[str, dict[str, Any]], arm: str,
     k = ks[-1] if k is None and ks else k
     splits = {s: v for (kk, s), v in own.items() if kk == k}
     return (k, splits) if splits else None
+
+
+def promoted_k(record: dict[str, Any]) -> int | None:
+    """The k whose checkpoint an arm's loop holds after its last iteration: the last decided k when the promotion
+    gate promoted it, else the predecessor it kept; None (the last evaluated k) where no gate decided."""
+    decided = [r for r in (record.get("results") or {}).get("per_k", []) if r.get("promotion")]
+    if not decided:
+        return None
+    last = decided[-1]
+    return last["k"] if last["promotion"]["promoted"] else last["promotion"]["kept_k"]
 
 
 def start_chain(preset: Preset, arm: str) -> list[str]:
@@ -303,6 +315,7 @@ def claims(preset: Preset, records: dict[str, dict[str, Any]]) -> list[dict[str,
             for m, d in per.items():  # the same pairs in average reward, and who the run was paired with
                 d["reward"] = reward_difference(flat(rewards[m][1]), flat(old_rewards[m][1]))
                 d["paired_with"], d["pairing"] = pairing[m]
+                d["k"], d["reference_k"] = news[m][0], olds[m][0]  # @promoted resolves run by run
                 d["block"] = block_check(records, m, pairing[m][0], pairing[m][1])
                 if d["block"].startswith("**other") and kk and old_k:  # each side's gain over its own k=0
                     k0_new = claim_outcomes(preset, records, m, 0)
@@ -310,7 +323,8 @@ def claims(preset: Preset, records: dict[str, dict[str, Any]]) -> list[dict[str,
                     if k0_new and k0_old and all(sp in k0_new[1] and sp in k0_old[1] for sp in pick):
                         d["within_blocks"] = gain_difference(flat(news[m][1]), flat(k0_new[1]),
                                                              flat(olds[m][1]), flat(k0_old[1]))
-            row = {"arm": arm, "k": kk, "reference": ref, "reference_k": old_k, "split": s, "replicates": per}
+            row = {"arm": arm, "k": kk, "reference": ref, "reference_k": old_k, "split": s, "replicates": per,
+                   "asked": [k, kref]}
             if len(members) > 1:
                 row["pooled"] = hierarchical_difference([(flat(n[1]), flat(olds[m][1])) for m, n in news.items()])
                 row["pooled"]["references"] = sorted({pairing[m][0] for m in news})

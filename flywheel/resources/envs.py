@@ -99,24 +99,30 @@ class EnvResource(dg.ConfigurableResource):
 
     def tasks(self, benchmark: str, split: str) -> list[Task]:
         """The split's tasks in the spec's order, `train_limit` / `eval_limit` of them; the training tasks
-        never include the validation set (`validation_set`)."""
+        never include the validation set (`validation_set`) nor a task an evaluation split holds."""
         types = tuple(self.task_types.get(benchmark, ())) or None
         if split != "train":
             return self.spec(benchmark).load_tasks(split, limit=self.eval_limit, task_types=types)
-        if not self.validation_tasks:
-            return self.spec(benchmark).load_tasks(split, limit=self.train_limit, task_types=types)
-        every = self.spec(benchmark).load_tasks("train", task_types=types)
-        aside = {t.task_id for t in set_aside(every, self.validation_tasks)}
+        every = self.training_split(benchmark)
+        aside = {t.task_id for t in set_aside(every, self.validation_tasks)} if self.validation_tasks else set()
         kept = [t for t in every if t.task_id not in aside]
         return kept if self.train_limit is None else kept[: self.train_limit]
 
+    def training_split(self, benchmark: str) -> list[Task]:
+        """The training split (of the preset's task types) without the tasks an evaluation split also holds:
+        ETO's ScienceWorld train index shares 54 of its dev ("seen") index's 194 [task, variation] pairs, which
+        rollouts or the validation set would otherwise play (none of the CPU presets' first 40 to 54 tasks)."""
+        types = tuple(self.task_types.get(benchmark, ())) or None
+        spec = self.spec(benchmark)
+        held = {t.task_id for split in self.eval_splits(benchmark) for t in spec.load_tasks(split, task_types=types)}
+        return [t for t in spec.load_tasks("train", task_types=types) if t.task_id not in held]
+
     def validation_set(self, benchmark: str) -> list[Task]:
         """The promotion gate's validation tasks: training-split tasks that `tasks(b, "train")` (so seeds and
-        rollouts) never includes and the curriculum holds out (`set_aside`)."""
+        rollouts) never includes, no evaluation split holds, and the curriculum holds out (`set_aside`)."""
         if not self.validation_tasks:
             return []
-        types = tuple(self.task_types.get(benchmark, ())) or None
-        return set_aside(self.spec(benchmark).load_tasks("train", task_types=types), self.validation_tasks)
+        return set_aside(self.training_split(benchmark), self.validation_tasks)
 
     def seed_tasks(self, benchmark: str) -> list[Task]:
         """The training tasks whose expert paths become seeds: a prefix of `tasks(b, "train")`."""

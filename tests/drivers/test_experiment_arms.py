@@ -188,3 +188,26 @@ def test_a_claim_pairs_average_reward_over_the_same_tasks_as_success():
     d = row["replicates"]["bpo"]
     assert (d["n"], d["gained"], d["lost"], d["delta"]) == (2, 1, 0, 0.5)  # t1, t2 only: t3/t4 are unpaired
     assert (d["reward"]["n"], d["reward"]["delta"]) == (2, 0.5)  # (+0.5 + 0.5) / 2
+
+
+def test_control_replicates_differ_by_their_k_above_0_seed_and_share_the_k0():
+    """`policy.refine_seed` seeds every k > 0 SFT (the control samples no rollouts, so its replicates differ only
+    by it) and not k=0; `refine_learning_rate` likewise: an arm that sets them still takes its start arm's k=0."""
+    from types import SimpleNamespace
+
+    from flywheel.drivers.experiment import check_shares_k0
+    from flywheel.policy.sft import step_batches
+    from flywheel.resources import TransformersPolicy
+
+    policy = TransformersPolicy(seed=3, refine_seed=11)
+    assert (policy.train_config(0).seed, policy.train_config(1).seed, policy.train_config(2).seed) == (3, 11, 11)
+    assert TransformersPolicy(seed=3).train_config(2).seed == 3  # null: the seed, as before
+    slow = TransformersPolicy(learning_rate=2e-4, refine_learning_rate=5e-5)  # k > 0's rate, a choice of its own
+    assert (slow.train_config(0).learning_rate, slow.train_config(1).learning_rate) == (2e-4, 5e-5)
+    rows = [{"task_id": f"t{i // 3}", "t": i % 3} for i in range(48)]  # 16 trajectories of 3 steps
+
+    def order(seed: int) -> list[list[int]]:
+        return step_batches(rows, TrainConfig(batch_size=8, max_steps=6, seed=seed, packing="tree"))
+    assert order(11) != order(12) and sorted(sum(order(11), [])) == sorted(sum(order(12), [])) == list(range(48))
+    arms = {"a": {}, "c1": {"policy": {"refine_seed": 1, "refine_learning_rate": 5e-5}, "method": {"start_from": "a"}}}
+    check_shares_k0(SimpleNamespace(name="p", arms=arms, arm_sections=lambda arm: arms[arm]), "c1", "a")

@@ -28,7 +28,7 @@ from envs.alfworld import SPEC, AlfWorldEnv, AlfWorldSpec, solve_in_worker  # no
 from envs.alfworld import data as alf_data  # noqa: E402
 from envs.alfworld import worker as alf_worker  # noqa: E402
 from envs.alfworld.env import strip_banner  # noqa: E402
-from envs.alfworld.expert import choose  # noqa: E402
+from envs.alfworld.expert import choose, expert_limit  # noqa: E402
 from envs.alfworld.prompts import describe_action, normalize_action  # noqa: E402
 from envs.alfworld.tasks import ALIASES, TASK_TYPES, eto_unseen_ids, split_folder, spread, task_type_of  # noqa: E402
 from envs.base import EnvError, Task  # noqa: E402
@@ -448,6 +448,17 @@ def test_spec_expert_actions_uses_handcoded_expert(root, tmp_path, monkeypatch):
     assert spec.expert_actions(task) == record["actions"]
     given = Task(**{**task.__dict__, "expert_actions": ("a", "b")})
     assert spec.expert_actions(given) == ["a", "b"]
+
+
+def test_expert_path_steps_caps_the_searching_path_and_keeps_the_walkthrough():
+    """`expert_path_steps` (AlfWorldSpec): a searching path longer than it gives way to the PDDL walkthrough, so a
+    longer episode limit need not change the seeds (cpu-alfworld-horizon: 9 of 36 seed paths grew at 36 steps)."""
+    search = ["look"] + [f"go to shelf {i}" for i in range(1, 20)] + ["take book 1 from shelf 19"]
+    result = {"handcoded": {"won": True, "actions": search, "stopped": None}, "walkthrough_won": True}
+    walk = ["go to shelf 19", "take book 1 from shelf 19", "go to desk 1", "move book 1 to desk 1"]
+    assert choose(result, walk, expert_limit(36, None)) == (search[1:], "handcoded")  # 20 steps, within 36
+    assert choose(result, walk, expert_limit(36, 12)) == (walk, "walkthrough")
+    assert expert_limit(8, 12) == 8 and AlfWorldSpec(max_steps=36, expert_path_steps=12).expert_path_steps == 12
 
 
 @pytest.mark.slow

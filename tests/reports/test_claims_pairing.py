@@ -105,3 +105,35 @@ def test_the_report_shows_per_run_differences_the_pooled_interval_its_method_and
     assert "`sft-control`, `sft-control-r2`" in pooled
     assert "hierarchical bootstrap interval (runs with replacement, then the tasks" in md
     assert "| `eto-dpo` vs `grpo` | 0 | 100 | -1 | 3 (3%) |" in md
+
+
+def test_a_claim_at_promoted_reads_the_checkpoint_the_gate_held(tmp_path):
+    """`bpo@promoted` is the checkpoint the promotion gate holds after bpo's last k: here k=2 was rejected (k=1
+    kept), so the claim pairs k=1's evaluation with k=0, while `bpo@2` beside it pairs the rejected k=2."""
+    from flywheel.reports.render import render_claims
+
+    (tmp_path / "p.yaml").write_text(
+        "name: p\nbenchmark: scienceworld\niterations: 2\n"
+        "arms:\n  bpo-stage2: {method: bpo-stage2}\n"
+        "  bpo: {method: {name: bpo, start_from: bpo-stage2, evaluate_start: false}}\n"
+        "compare: ['bpo@promoted vs bpo-stage2@0', 'bpo@2 vs bpo-stage2@0']\n")
+    preset = load_preset(str(tmp_path / "p.yaml"))
+
+    def evaluated(k: int, wins: int) -> dict:
+        return {f"{k}|seen": {f"t{i}": [i < wins, float(i < wins)] for i in range(20)}}
+
+    def decision(k: int, promoted: bool, kept: int) -> dict:
+        return {"k": k, "promotion": {"promoted": promoted, "kept_k": kept}}
+
+    records = {"bpo-stage2": {"outcomes": evaluated(0, 5)},
+               "bpo": {"outcomes": {**evaluated(1, 10), **evaluated(2, 2)},
+                       "results": {"per_k": [decision(1, True, 1), decision(2, False, 1)]}}}
+    promoted, literal = claims(preset, records)
+    assert (promoted["k"], promoted["replicates"]["bpo"]["delta"]) == (1, 0.25)  # 10/20 vs 5/20
+    assert (literal["k"], literal["replicates"]["bpo"]["delta"]) == (2, -0.15)
+    text = "\n".join(render_claims([promoted, literal]))
+    assert "`bpo`@promoted (k=1) vs `bpo-stage2`@0" in text and "`bpo`@2 vs `bpo-stage2`@0" in text
+    records["bpo"]["results"]["per_k"][1] = decision(2, True, 2)  # k=2 promoted: the claim follows it
+    assert claims(preset, records)[0]["k"] == 2
+    del records["bpo"]["results"]  # no gate ran: the last evaluated k
+    assert claims(preset, records)[0]["k"] == 2

@@ -49,6 +49,13 @@ def test_the_scienceworld_validation_set_is_training_variations_disjoint_from_ev
     aside = check_disjoint("scienceworld", 50)
     assert len({kind(t) for t in aside}) > 10  # task types in turn, not the last type's variations
     check_disjoint("scienceworld", 20, validation_tasks=20, train_limit=1483 - 10)  # a limit that reaches the end
+    # ETO's train index shares 54 [task, variation] pairs with its dev ("seen") index: training never plays them.
+    seen = {t.task_id for t in EnvResource().spec("scienceworld").load_tasks("seen")}
+    every = EnvResource(validation_tasks=0).tasks("scienceworld", "train")
+    assert len(every) == 1483 - 54 and not seen & {t.task_id for t in every}
+    five = ["find-animal", "find-living-thing", "find-non-living-thing", "find-plant", "lifespan-shortest-lived"]
+    powered = check_disjoint("scienceworld", 50, task_types={"scienceworld": five}, seed_limit=21, train_limit=40)
+    assert {kind(t) for t in powered} == set(five)  # experiments/cpu-powered-scienceworld.yaml's gate
 
 
 def test_the_webshop_validation_set_is_training_goals_disjoint_from_every_other_set():
