@@ -130,7 +130,7 @@ def test_demo_options_are_the_benchmarks_own_and_checked():
     assert spec_opts == {"max_steps": 5} and env_opts == {"search_anywhere": True}  # JSON values, typed
     with pytest.raises(ConfigurationError, match="Unknown env option.*'expert_path'.*Valid: catalog, data_path"):
         validate_demo_args(_demo("--benchmark", "webshop", "--expert-path", "gold"))
-    with pytest.raises(ConfigurationError, match="Unknown option.*'prompt'.*'alfworld'. Valid: expert_seed, max_steps, root"):
+    with pytest.raises(ConfigurationError, match="Unknown option.*'prompt'.*'alfworld'. Valid: expert_path_steps, expert_seed, max_steps, root"):
         validate_demo_args(_demo("--benchmark", "alfworld", "--prompt", "compact"))
     with pytest.raises(ConfigurationError, match="--spec-option takes KEY=VALUE, got 'prompt'"):
         validate_demo_args(_demo("--spec-option", "prompt"))
