@@ -23,6 +23,7 @@ from flywheel.assets._checkpoints import checkpoint_for, promoted_checkpoint
 from flywheel.assets._common import progress_logger, rounded
 from flywheel.assets.evaluation import eval_tag, evaluation
 from flywheel.assets.training import sft_checkpoint
+from flywheel.core.metrics import promotion_counts
 from flywheel.core.quality import compare_iterations, non_inferior
 from flywheel.core.store import Store
 from flywheel.orchestration.failures import NotRetryable
@@ -113,18 +114,18 @@ def promotion_row(benchmark: str, k: int, ckpt: dict[str, Any], before: dict[str
     """The store's `promotions` row of the decision on checkpoint k against the promoted `before`."""
     common = set(new) & set(old)
     kept = ckpt if rule["promote"] else before
+    row = {"benchmark": benchmark, "iteration": k, "checkpoint_id": ckpt["checkpoint_id"],
+           "predecessor_id": before["checkpoint_id"], "promoted_id": kept["checkpoint_id"],
+           "promoted": rule["promote"], "validation_n": rule["n"],
+           "successes": sum(new[t] for t in common), "predecessor_successes": sum(old[t] for t in common),
+           "delta": rule["delta"], "ci_low": rule["ci_low"], "ci_high": rule["ci_high"],
+           "margin": rule["margin"], "alpha": rule["alpha"]}
     level = f"{1 - rule['alpha']:.0%} lower bound"
-    verdict = (f"{'promoted' if rule['promote'] else 'rejected'} k={k}: validation {sum(new[t] for t in common)}/"
-               f"{len(common)} vs {sum(old[t] for t in common)}/{len(common)} for k={before['iteration']}, paired "
-               f"difference {rule['delta']:+.3f} ({level} {rule['ci_low']:+.3f}) "
-               f"{'above' if rule['promote'] else 'not above'} -{rule['margin']:g}; the loop goes on from "
-               f"k={kept['iteration']}")
-    return {"benchmark": benchmark, "iteration": k, "checkpoint_id": ckpt["checkpoint_id"],
-            "predecessor_id": before["checkpoint_id"], "promoted_id": kept["checkpoint_id"],
-            "promoted": rule["promote"], "verdict": verdict, "validation_n": rule["n"],
-            "successes": sum(new[t] for t in common), "predecessor_successes": sum(old[t] for t in common),
-            "delta": rule["delta"], "ci_low": rule["ci_low"], "ci_high": rule["ci_high"],
-            "margin": rule["margin"], "alpha": rule["alpha"]}
+    row["verdict"] = (f"{'promoted' if rule['promote'] else 'rejected'} k={k}: validation {promotion_counts(row)} "
+                      f"for k={before['iteration']}, paired difference {rule['delta']:+.3f} ({level} "
+                      f"{rule['ci_low']:+.3f}) {'above' if rule['promote'] else 'not above'} -{rule['margin']:g}; "
+                      f"the loop goes on from k={kept['iteration']}")
+    return row
 
 
 def promotion_metadata(row: dict[str, Any], rule: dict[str, Any]) -> dict[str, Any]:

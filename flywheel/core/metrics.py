@@ -64,6 +64,13 @@ def success_cell(r: dict[str, Any] | None, *, counts: bool = True) -> str:
     return f"{pct(r['rate'])} [{pct(r['ci_low'])}, {pct(r['ci_high'])}] ({r['successes']}/{r['n']})"
 
 
+def promotion_counts(p: dict[str, Any]) -> str:
+    """A promotion decision's validation successes, checkpoint k's then its predecessor's: `3/50 vs 2/50`. `p`
+    has successes, predecessor_successes and validation_n, as the store's `promotions` rows do."""
+    n = p["validation_n"]
+    return f"{p['successes']}/{n} vs {p['predecessor_successes']}/{n}"
+
+
 def md_table(header: Sequence[Any], rows: Sequence[Sequence[Any]]) -> str:
     """A markdown table: a header row, its rule, then one row per list of cells (each written with str)."""
     lines = ["| " + " | ".join(str(h) for h in header) + " |", "|" + "---|" * len(header)]

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from flywheel.core.metrics import markdown_table, md_table, result_columns
+from flywheel.core.metrics import markdown_table, md_table, promotion_counts, result_columns
 from flywheel.core.quality import wilson_interval
 from flywheel.core.store import Store
 
@@ -50,8 +50,7 @@ def promotion_cell(decision: dict[str, Any] | None, ckpts: dict[int, dict[str, A
         return None
     if decision["validation_n"] is None:  # k=0, or the gate off
         return "promoted"
-    numbers = f"{decision['successes']}/{decision['validation_n']} vs {decision['predecessor_successes']}/" \
-              f"{decision['validation_n']}"
+    numbers = promotion_counts(decision)
     if decision["promoted"]:
         return f"promoted ({numbers})"
     kept = next((k for k, c in ckpts.items() if c["checkpoint_id"] == decision["promoted_id"]), "?")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from flywheel.config.presets import PROMOTED, Preset
-from flywheel.core.metrics import md_table, success_cell
+from flywheel.core.metrics import md_table, promotion_counts, success_cell
 from flywheel.core.provenance import (
     arm_file,
     write_arm,
@@ -451,9 +451,7 @@ def _promotion(row: dict[str, Any]) -> str:
     p = row.get("promotion")
     if not p:
         return "-"
-    n = p["validation_n"]
-    numbers = (f"{p['successes']}/{n} vs {p['predecessor_successes']}/{n}, {100 * p['delta']:+.1f} pts, lower bound "
-               f"{100 * p['ci_low']:+.1f}")
+    numbers = f"{promotion_counts(p)}, {100 * p['delta']:+.1f} pts, lower bound {100 * p['ci_low']:+.1f}"
     return f"promoted ({numbers})" if p["promoted"] else f"**rejected** ({numbers}): k={p['kept_k']} goes on"
 
 
