@@ -46,7 +46,7 @@ from flywheel.policy.vllm_server import ServerPool
 from flywheel.profile import Profile, model_folder, policy_classes
 from flywheel.reports.render import write_report
 from flywheel.resources.envs import EnvResource
-from flywheel.resources.fields import not_in_sft0
+from flywheel.resources.fields import not_in_play, not_in_sft0
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +161,8 @@ def run_arm(
             recorded_start(preset, arm, source, results)  # before training: is there a k=0 to compare with?
         stage_jobs = jobs
         extra: dict[str, Any] = {}
+        if stage != "sft:0" and source and (shared := share_k0_episodes(preset, arm, arm_dir, store)):
+            extra["shared_episodes"] = shared  # k=0's rollouts and validation games, played by these arms
         if stage.startswith("sft:") and k and controls:  # the same steps as arm `controls` trained at k
             extra["matched_steps_of"], extra["steps"] = controls, controlled_steps(preset, arm, controls, k,
                                                                                   arm_dir.parent, results)
@@ -300,6 +302,48 @@ def import_start_checkpoint(preset: Preset, arm: str, source: str, arm_dir: Path
                              "lineage": {**lineage, "imported_from_arm": source,
                                          "imported_checkpoint_id": ckpt["checkpoint_id"]}})
     return source
+
+
+# Fields that cannot change how a checkpoint plays an episode (which tasks get how many episodes, where they
+# run, how k > 0 trains), as their declarations say (`play=False`): arms that share a k=0 checkpoint and differ
+# only in these, or outside envs and policy (the loop, the method), share its episodes (`share_k0_episodes`).
+NOT_IN_PLAY = {"envs": not_in_play(EnvResource), "policy": not_in_play(*policy_classes().values())}
+
+
+def episode_siblings(preset: Preset, arm: str) -> list[str]:
+    """The arms whose episodes of the k=0 checkpoint `arm` may take instead of playing its own: they start from
+    the same arm (the same k=0 weights) and differ from `arm` only in NOT_IN_PLAY fields or outside envs and
+    policy. Such episodes are draws from the same distribution (the same weights, tasks and sampling settings);
+    taking them makes the arms' k=1 differ only in what the arm changes (common random numbers), and spares
+    playing them again. Replicates, which set their own rollout_seed, never share."""
+    source = preset.arm_sections(arm).get("method", {}).get("start_from")
+    if not source:
+        return []
+    mine = preset.arm_sections(arm)
+
+    def same_play(other: str) -> bool:
+        theirs = preset.arm_sections(other)
+        return all(mine.get(s, {}).get(f) == theirs.get(s, {}).get(f) or f in NOT_IN_PLAY[s]
+                   for s in ("envs", "policy") for f in set(mine.get(s, {})) | set(theirs.get(s, {})))
+    return [a for a in preset.arms if a != arm and a != source
+            and preset.arm_sections(a).get("method", {}).get("start_from") == source and same_play(a)]
+
+
+def share_k0_episodes(preset: Preset, arm: str, arm_dir: Path, store: Store) -> dict[str, int]:
+    """Copy into `store` the k=0 checkpoint's episodes (rollouts, the promotion gate's validation games) that
+    `episode_siblings` in this runs folder have played and this arm has not; returns how many came from each.
+    Only where this arm took its k=0 from its start arm here (the same checkpoint id, the same weights). What the
+    arm's plan does not ask for (another allocation) is dropped by the stage's own resume plan (plan_resume)."""
+    ckpt = store.latest_checkpoint(preset.benchmark, 0)
+    if ckpt is None or "imported_from_arm" not in lineage_of(ckpt):
+        return {}
+    copied = {}
+    for other in episode_siblings(preset, arm):
+        path = arm_dir.parent / other / "flywheel.duckdb"
+        if path.exists() and (n := store.copy_episodes(Store(path, read_only=True), benchmark=preset.benchmark,
+                                                       iteration=0, checkpoint_id=ckpt["checkpoint_id"])):
+            copied[other] = n
+    return copied
 
 
 def check_shares_k0(preset: Preset, arm: str, source: str) -> None:

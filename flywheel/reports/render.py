@@ -145,7 +145,8 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
                 success_cell(ro["pass_at_n"]) if ro else "-",
                 success_cell(ro["seed_tasks_pass_rate"]) if ro and ro["seed_tasks_pass_rate"]["n"] else "-",
                 success_cell(ro["other_tasks_pass_rate"]) if ro and ro["other_tasks_pass_rate"]["n"] else "-",
-                f"{ro['episodes_per_min']:.1f}" if ro and ro.get("episodes_per_min") else "-",
+                f"{ro['episodes_per_min']:.1f}" if ro and ro.get("episodes_per_min") else
+                "played by " + ", ".join(f"`{a}`" for a in ro["shared_from"]) if ro and ro.get("shared_from") else "-",
                 g["new_unique_successes"] if g else "-", g["distinct_tasks"] if g else "-",
                 g["tasks_without_seed"] if g else "-", g["gated_total"] if g else "-",
             ] + ([f"{g['yield_per_100_episodes']:.1f}" if g and "yield_per_100_episodes" in g else "-",
@@ -157,6 +158,10 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
                        "episodes/min", "gated new", "gated tasks", "gated tasks w/o seed", "gated total"]
                       + (["gate yield (new per 100 episodes)", "gated steps before -> after cleaning"] if yields else []),
                       flow), ""]
+        if any((r.get("rollouts") or {}).get("shared_from") for r in res["per_k"]):
+            parts += ["Rollouts \"played by\" another arm: this arm took that arm's episodes of the k=0 checkpoint "
+                      "they share (the same weights, tasks and sampling settings) instead of playing its own, so "
+                      "the two arms' k=1 differ only in what this arm changes.", ""]
         parts += render_behaviour(res)
         parts += render_answer_lengths(res)
         parts += [f"Seed tasks (teacher trajectories): {res['seed_tasks']}.", ""]

@@ -115,6 +115,7 @@ def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[st
         if k in rollouts:
             r = rollouts[k]
             secs = done.get(f"rollouts:{k}", {}).get("seconds")
+            shared = done.get(f"rollouts:{k}", {}).get("shared_episodes")  # played by other arms (share_k0_episodes)
             per_task = per_task_counts[(k, "train")] = store.rollout_task_outcomes(benchmark, k)
             seed_tasks = [t for t in per_task if t in seeds]
             new_tasks = [t for t in per_task if t not in seeds]
@@ -124,8 +125,10 @@ def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[st
                 "pass_at_n": _rate(int(r["tasks_solved"]), int(r["tasks"])),
                 "seed_tasks_pass_rate": _rate(sum(per_task[t][1] for t in seed_tasks), sum(per_task[t][0] for t in seed_tasks)),
                 "other_tasks_pass_rate": _rate(sum(per_task[t][1] for t in new_tasks), sum(per_task[t][0] for t in new_tasks)),
-                "seconds": secs, "episodes_per_min": (60 * r["episodes"] / secs) if secs else None,
+                "seconds": secs, "episodes_per_min": (60 * r["episodes"] / secs) if secs and not shared else None,
             }
+            if shared:
+                row["rollouts"]["shared_from"] = shared
         if k in gates:
             g = gates[k]
             gated_tasks = store.task_ids_gated_at(benchmark, k)

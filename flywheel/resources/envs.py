@@ -33,11 +33,11 @@ class EnvResource(dg.ConfigurableResource):
     task_types: dict[str, list[str]] = setting(default_factory=dict, help="the task types each benchmark plays, "
                                                "by benchmark (empty: all)")
     # Rollouts play all `train_limit` tasks, so gated successes can cover tasks no seed covers.
-    train_limit: int | None = setting(None, sft0=False, help="training tasks (rollouts; null: all)",
+    train_limit: int | None = setting(None, sft0=False, play=False, help="training tasks (rollouts; null: all)",
                                       bound=Bound(1, 100_000, why="the number of training tasks"))
     seed_limit: int | None = setting(None, help="expert seeds come from the first seed_limit training tasks "
                                      "(null: all train_limit)", bound=Bound(1, 100_000))
-    eval_limit: int | None = setting(None, sft0=False, help="evaluation tasks per split (null: all)",
+    eval_limit: int | None = setting(None, sft0=False, play=False, help="evaluation tasks per split (null: all)",
                                      bound=Bound(1, 10_000, why="the number of evaluation tasks per split"))
     # In the k=0 SFT's configuration: the set-aside tasks are no seed's, rollout's or synthesized task's.
     validation_tasks: int = setting(50, help="training tasks set aside as the promotion gate's validation set "

@@ -16,18 +16,20 @@ from flywheel.core.validation import check_options
 
 
 def setting(default: Any = MISSING, *, help: str, bound: Bound | None = None, sft0: bool = True,
-            default_factory: Any = None) -> Any:
-    """A resource field with its help text (the launchpad's description), bound and k=0 role (see `option`)."""
+            play: bool = True, default_factory: Any = None) -> Any:
+    """A resource field with its help text (the launchpad's description), bound, k=0 role and episode role
+    (see `option`)."""
     given = {"default_factory": default_factory} if default_factory is not None else \
         {} if default is MISSING else {"default": default}
-    return Field(**given, description=help, json_schema_extra={"bound": bound, "sft0": sft0})
+    return Field(**given, description=help, json_schema_extra={"bound": bound, "sft0": sft0, "play": play})
 
 
 def same_as(config: type, name: str, **changes: Any) -> Any:
     """The resource field that mirrors `config.name`: its default, help, bound and k=0 role, unless `changes`
     (e.g. `sft0=False`, or how the Dagster config spells the same value: `default=""` for None) say otherwise."""
     f = option_field(config, name)
-    meta = {"help": f.metadata["help"], "bound": f.metadata["bound"], "sft0": f.metadata["sft0"], **changes}
+    meta = {"help": f.metadata["help"], "bound": f.metadata["bound"], "sft0": f.metadata["sft0"],
+            "play": f.metadata["play"], **changes}
     if "default_factory" in changes:  # e.g. a list field over a tuple default
         return setting(**meta)
     return setting(meta.pop("default") if "default" in meta else option_default(f), **meta)
@@ -63,5 +65,15 @@ def check_fields(resource: Any, *, where: str) -> None:
 
 def not_in_sft0(*classes: type) -> tuple[str, ...]:
     """The fields of these resource classes declared `sft0=False`: they cannot change a k=0 SFT."""
+    return _declared_false("sft0", classes)
+
+
+def not_in_play(*classes: type) -> tuple[str, ...]:
+    """The fields of these resource classes declared `play=False`: they cannot change how a checkpoint plays an
+    episode."""
+    return _declared_false("play", classes)
+
+
+def _declared_false(role: str, classes: tuple[type, ...]) -> tuple[str, ...]:
     return tuple(sorted({name for cls in classes for name, info in cls.model_fields.items()
-                         if _extra(info).get("sft0") is False}))
+                         if _extra(info).get(role) is False}))

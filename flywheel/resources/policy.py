@@ -52,32 +52,35 @@ class PolicyResource(dg.ConfigurableResource):
     seed: int = same_as(TrainConfig, "seed")
     report_to: str = same_as(TrainingLogs, "report_to")  # every trainer's logs (flywheel.policy.logging_targets)
     # cpu-scienceworld k=1 from the base model at the same 16 steps under-fit: 30/100 vs 41/100 from k-1.
-    refine_from: str = setting("previous", sft0=False, help='where checkpoint k > 0 starts: "previous" '
+    refine_from: str = setting("previous", sft0=False, play=False, help='where checkpoint k > 0 starts: "previous" '
                                '(checkpoint k-1, the measured best) or "base" (the base model)')
     # ALFWorld's k=0 needs three passes from the base model; k > 0 continues from k-1, already fitted to most of
     # its set, so one pass over the grown set keeps each iteration inside a sitting (experiments/cpu-alfworld.yaml).
     refine_train_steps: int | None = setting(
-        None, sft0=False, help="SFT optimizer steps per checkpoint k > 0, rounded to whole passes as "
+        None, sft0=False, play=False, help="SFT optimizer steps per checkpoint k > 0, rounded to whole passes as "
         "max_train_steps is (null: max_train_steps, as k=0)", bound=Bound(1, 1_000_000))
     # "all" is the default since cpu-scienceworld K=2 +18 [+10, +26] vs k=0, where "matched" gave 0.0 [-10, +9]
     # after its draw left lifespan-shortest-lived out (9/20 -> 0/20).
-    replay: str = setting("all", sft0=False, help='what k > 0 trains on: "all" (seeds, curriculum and every gated '
+    replay: str = setting("all", sft0=False, play=False,
+                          help='what k > 0 trains on: "all" (seeds, curriculum and every gated '
                           'success so far: every task type seen stays in the set), "matched" (k-1\'s new gated '
                           'successes plus as many replayed seed/curriculum trajectories, a random draw) or "none" '
                           '(seeds and curriculum only: the equal-compute control, method sft-control)')
     # Issue 54: k > 0 continues from k-1 at k=0's rate over a small set (ALFWorld: train loss 0.117 -> 0.06 while
     # held-out games were lost); a lower k > 0 rate is one of the measured choices.
     refine_learning_rate: float | None = setting(
-        None, sft0=False, help="the SFT learning rate of every checkpoint k > 0 (null: learning_rate, as k=0)",
+        None, sft0=False, play=False,
+        help="the SFT learning rate of every checkpoint k > 0 (null: learning_rate, as k=0)",
         bound=Bound(0, 1, integer=False, open_lo=True))
     # The control samples nothing, so two control runs from one k=0 are the same run unless their k > 0 SFT draws
     # differ: its replicates set this (issue 55: the control's run-to-run variance belongs in the interval).
     refine_seed: int | None = setting(
-        None, sft0=False, help="the seed of every k > 0 SFT (the trainer's data order and dropout, the replay draw; "
+        None, sft0=False, play=False,
+        help="the seed of every k > 0 SFT (the trainer's data order and dropout, the replay draw; "
         "null: seed); replicate arms set their own, so their k > 0 SFT are independent while their k=0 stays the "
         "same", bound=Bound(0, 2**32 - 1))
     # rollouts (RolloutConfig)
-    samples_per_task: int = setting(2, sft0=False, help="rollouts per training task and iteration",
+    samples_per_task: int = setting(2, sft0=False, play=False, help="rollouts per training task and iteration",
                                     bound=Bound(1, 256, why="rollouts per training task"))
     temperature: float = same_as(RolloutConfig, "temperature")
     eval_temperature: float = setting(0.0, sft0=False, help="sampling temperature of evaluation (0: greedy)",
@@ -96,7 +99,7 @@ class PolicyResource(dg.ConfigurableResource):
                                        "arms set their own, so their rollouts are independent samples while "
                                        "their k=0 SFT stays the same", bound=Bound(0, 2**32 - 1))
     rollout_backend: str = setting("local", help='where rollouts run: "local" (this process) or "ray" (the cluster '
-                                   'in ray; docs/ray.md)', sft0=False)
+                                   'in ray; docs/ray.md)', sft0=False, play=False)
     sft_backend: str = setting("local", help='where SFT runs: "local" or "ray" (a Ray Train job, the same TRL code)')
     ray: RayConfig = setting(default_factory=RayConfig, help="the Ray cluster and per-actor resources")
 
@@ -180,9 +183,10 @@ class TransformersPolicy(PolicyResource):
     device: str = setting("cpu", sft0=False, help='where the model generates: "cpu", "cuda", "cuda:1", ...')
     dtype: str = setting("auto", sft0=False, help="inference dtype: auto (bfloat16 where the CPU/GPU has it "
                          "natively, else float32), float32, bfloat16, float16")
-    max_batch_size: int = setting(8, sft0=False, help="prompts per generate call", bound=Bound(1, 1_024))
-    torch_threads: int = setting(0, sft0=False, help="torch threads of generation (0: torch's default; 1 on a busy "
-                                 "machine)", bound=Bound(0, 1_024, why="0 = torch default"))
+    max_batch_size: int = setting(8, sft0=False, play=False, help="prompts per generate call", bound=Bound(1, 1_024))
+    torch_threads: int = setting(0, sft0=False, play=False,
+                                 help="torch threads of generation (0: torch's default; 1 on a busy machine)",
+                                 bound=Bound(0, 1_024, why="0 = torch default"))
 
     def generator(self, checkpoint_path: str, checkpoint_id: str) -> Generator:
         from functools import partial
@@ -230,21 +234,23 @@ class ManagedVLLMPolicy(PolicyResource):
     server_command: list[str] = same_as(VLLMServerConfig, "command", sft0=False, default_factory=list)
     vllm_dtype: str = same_as(VLLMServerConfig, "dtype", sft0=False)
     max_model_len: int = same_as(VLLMServerConfig, "max_model_len", sft0=False)
-    kv_cache_gb: float = same_as(VLLMServerConfig, "kv_cache_gb", sft0=False)
-    prefix_caching: bool = same_as(VLLMServerConfig, "prefix_caching", sft0=False)
+    kv_cache_gb: float = same_as(VLLMServerConfig, "kv_cache_gb", sft0=False, play=False)
+    prefix_caching: bool = same_as(VLLMServerConfig, "prefix_caching", sft0=False, play=False)
     server_args: list[str] = same_as(VLLMServerConfig, "extra_args", sft0=False, default_factory=list)
     server_env: dict[str, str] = setting(default_factory=dict, sft0=False,
                                          help="extra environment variables of the server process")
     swap: str = same_as(VLLMServerConfig, "swap", sft0=False)
-    log_dir: str = setting("", sft0=False, help="where vllm-server.log is written (empty: <checkpoints_dir>/../vllm)")
-    compile_cache_dir: str = same_as(VLLMServerConfig, "cache_dir", sft0=False)
-    start_timeout_s: float = same_as(VLLMServerConfig, "start_timeout_s", sft0=False)
+    log_dir: str = setting("", sft0=False, play=False,
+                           help="where vllm-server.log is written (empty: <checkpoints_dir>/../vllm)")
+    compile_cache_dir: str = same_as(VLLMServerConfig, "cache_dir", sft0=False, play=False)
+    start_timeout_s: float = same_as(VLLMServerConfig, "start_timeout_s", sft0=False, play=False)
     request_timeout_s: float = same_as(VLLMServerConfig, "request_timeout_s", sft0=False)
     concurrency: int = same_as(VLLMServerConfig, "concurrency")
-    max_restarts: int = same_as(VLLMServerConfig, "max_restarts", sft0=False)
+    max_restarts: int = same_as(VLLMServerConfig, "max_restarts", sft0=False, play=False)
     seeded_requests: bool | None = same_as(VLLMServerConfig, "seeded_requests", sft0=False)
-    cpu_all_cores: bool | None = same_as(VLLMServerConfig, "cpu_all_cores", sft0=False)
-    keep_server: bool = setting(False, sft0=False, help="keep the server warm across runs: the driver that runs "
+    cpu_all_cores: bool | None = same_as(VLLMServerConfig, "cpu_all_cores", sft0=False, play=False)
+    keep_server: bool = setting(False, sft0=False, play=False,
+                                help="keep the server warm across runs: the driver that runs "
                                 "them (the demo, an experiment's arm) owns the servers and stops them; without "
                                 "one, the server lives for one run")
     # The driver's pool of warm servers (`keep_server`), one per server configuration: not configuration, a

@@ -44,6 +44,7 @@ class RolloutConfig:
                                            "action line)", sft0=False,
                                  bound=Bound(1, 8_192, why="tokens generated per step"))
     parallel_envs: int = option(8, help="envs played side by side (one generation batch)", sft0=False,
+                                play=False,
                                 bound=Bound(1, 256, why="envs played side by side"))
     max_steps: int | None = option(None, help="env steps per episode at most, on top of each task's own limit (the "
                                               "envs resource's max_steps; null: the task's)", sft0=False,
@@ -52,16 +53,19 @@ class RolloutConfig:
                                                      "(flywheel.core.prompting)")
     max_env_retries: int = option(2, help="an episode whose env fails (EnvError) is restarted on a fresh env up to "
                                           "this many times before it is recorded as errored", sft0=False,
+                                  play=False,
                                   bound=Bound(0, 100))
     seed: int = option(0, help="the rollouts' sampling seed (policy.rollout_seed, else policy.seed)", sft0=False,
                        bound=Bound(0, 2**32 - 1))
     backend: Literal["local", "ray"] = option("local", help='where env slots live: "local" (this process) or "ray" '
-                                                            '(Ray actors; flywheel.rollout.ray_pool)', sft0=False)
-    ray: RayOptions | None = option(None, help='the cluster and per-actor resources of backend "ray"', sft0=False)
+                                                            '(Ray actors; flywheel.rollout.ray_pool)', sft0=False,
+                                       play=False)
+    ray: RayOptions | None = option(None, help='the cluster and per-actor resources of backend "ray"', sft0=False,
+                                  play=False)
     scheduling: Literal["auto", "ticks", "per_episode"] = option(
         "auto", help='"ticks": one batched generate per env step of every slot; "per_episode": a thread per slot, '
                      'one prompt per call (servers that batch concurrent requests); "auto": by the generator',
-        sft0=False)
+        sft0=False, play=False)
 
 
 @dataclass

@@ -211,3 +211,4 @@ def test_control_replicates_differ_by_their_k_above_0_seed_and_share_the_k0():
     assert order(11) != order(12) and sorted(sum(order(11), [])) == sorted(sum(order(12), [])) == list(range(48))
     arms = {"a": {}, "c1": {"policy": {"refine_seed": 1, "refine_learning_rate": 5e-5}, "method": {"start_from": "a"}}}
     check_shares_k0(SimpleNamespace(name="p", arms=arms, arm_sections=lambda arm: arms[arm]), "c1", "a")
+
