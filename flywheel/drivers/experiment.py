@@ -26,6 +26,7 @@ from typing import Any
 
 import dagster as dg
 
+from flywheel.assets.checks import VALIDATION
 from flywheel.config.presets import Preset, arm_config, arm_order, arm_resources
 from flywheel.core.provenance import (
     arm_file,
@@ -141,7 +142,8 @@ def run_arm(
     # A method that trains as many steps as another arm (`Method.equal_steps`, the control) names it in `controls`.
     source = method.get("start_from")
     controls = method.get("controls") if METHODS[preset.method(arm)].equal_steps else None
-    for stage, key, selection in method_stages(preset.benchmark, preset.iterations, preset.method(arm)):
+    stages = method_stages(preset.benchmark, preset.iterations, preset.method(arm))
+    for stage, key, selection in stages:
         if progress.done(stage):
             continue
         if stage == "evaluation:0" and not method.get("evaluate_start", True) and not progress.data.get("k0_drift"):
@@ -161,7 +163,8 @@ def run_arm(
             recorded_start(preset, arm, source, results)  # before training: is there a k=0 to compare with?
         stage_jobs = jobs
         extra: dict[str, Any] = {}
-        if stage != "sft:0" and source and (shared := share_k0_episodes(preset, arm, arm_dir, store)):
+        if stage != "sft:0" and source and (shared := share_k0_episodes(preset, arm, arm_dir, store,
+                                                                        [s for s, _, _ in stages])):
             extra["shared_episodes"] = shared  # k=0's rollouts and validation games, played by these arms
         if stage.startswith("sft:") and k and controls:  # the same steps as arm `controls` trained at k
             extra["matched_steps_of"], extra["steps"] = controls, controlled_steps(preset, arm, controls, k,
@@ -329,19 +332,22 @@ def episode_siblings(preset: Preset, arm: str) -> list[str]:
             and preset.arm_sections(a).get("method", {}).get("start_from") == source and same_play(a)]
 
 
-def share_k0_episodes(preset: Preset, arm: str, arm_dir: Path, store: Store) -> dict[str, int]:
-    """Copy into `store` the k=0 checkpoint's episodes (rollouts, the promotion gate's validation games) that
-    `episode_siblings` in this runs folder have played and this arm has not; returns how many came from each.
-    Only where this arm took its k=0 from its start arm here (the same checkpoint id, the same weights). What the
-    arm's plan does not ask for (another allocation) is dropped by the stage's own resume plan (plan_resume)."""
+def share_k0_episodes(preset: Preset, arm: str, arm_dir: Path, store: Store, stages: list[str]) -> dict[str, int]:
+    """Copy into `store` the k=0 checkpoint's episodes that `episode_siblings` in this runs folder have played and
+    this arm has not, of the kinds this arm's `stages` play (the promotion gate's validation games; rollouts if
+    it rolls out); returns how many came from each. Only where this arm took its k=0 from its start arm here
+    (the same checkpoint id, the same weights). What the arm's plan does not ask for (another allocation) is
+    dropped by the stage's own resume plan (plan_resume)."""
     ckpt = store.latest_checkpoint(preset.benchmark, 0)
     if ckpt is None or "imported_from_arm" not in lineage_of(ckpt):
         return {}
+    splits = [VALIDATION] + (["train"] if "rollouts:0" in stages else [])
     copied = {}
     for other in episode_siblings(preset, arm):
         path = arm_dir.parent / other / "flywheel.duckdb"
         if path.exists() and (n := store.copy_episodes(Store(path, read_only=True), benchmark=preset.benchmark,
-                                                       iteration=0, checkpoint_id=ckpt["checkpoint_id"])):
+                                                       iteration=0, checkpoint_id=ckpt["checkpoint_id"],
+                                                       splits=splits)):
             copied[other] = n
     return copied
 

@@ -224,8 +224,8 @@ def test_success_views_count_successes_give_wilson_intervals_and_null_for_no_epi
 
 def test_copy_episodes_takes_a_checkpoints_finished_episodes_this_store_lacks(tmp_path):
     """Arms sharing a k=0 checkpoint share its episodes: only that checkpoint's (under any settings tag), only
-    finished ones, only (split, task, sample) keys the store lacks (its own are never overwritten), steps and
-    all; copying again copies nothing."""
+    finished ones, of the splits asked for, only (split, task, sample) keys the store lacks (its own are never
+    overwritten), steps and all; copying again copies nothing."""
     def tagged(model_id, status="ok", **kw):
         tr = make_traj(**kw)
         tr.model_id, tr.status = model_id, status
@@ -236,12 +236,15 @@ def test_copy_episodes_takes_a_checkpoints_finished_episodes_this_store_lacks(tm
                             tagged("X@a", task="t3", status="errored"), tagged("Y@a", task="t4"),
                             tagged("X@a", task="t5", iteration=1), tagged("X@a", task="t6", success=False),
                             tagged("X@ab", task="t7")])
+    [t8] = [tagged("X@a", task="t8")]
+    t8.split = "seen"  # an evaluation split: not asked for
+    src.write_trajectories([t8])
     dst.write_trajectories([tagged("X@a", task="t6", success=True, n=1)])  # played here already
-    assert dst.copy_episodes(src, benchmark="b", iteration=0, checkpoint_id="X@a") == 2
+    assert dst.copy_episodes(src, benchmark="b", iteration=0, checkpoint_id="X@a", splits=["train", "validation"]) == 2
     rows = {r["task_id"]: r for r in dst.trajectory_table(benchmark="b").iter_rows(named=True)}
     assert sorted(rows) == ["t1", "t2", "t6"]
     assert rows["t2"]["model_id"] == "X@a#1234abcd" and rows["t2"]["method"] == "other"
     assert rows["t6"]["success"] and rows["t6"]["steps"] == 1  # its own episode kept
     [t2] = dst.load_trajectories(traj_ids=[rows["t2"]["traj_id"]])
     assert len(t2.steps) == 5 and t2.steps == src.load_trajectories(traj_ids=[rows["t2"]["traj_id"]])[0].steps
-    assert dst.copy_episodes(src, benchmark="b", iteration=0, checkpoint_id="X@a") == 0
+    assert dst.copy_episodes(src, benchmark="b", iteration=0, checkpoint_id="X@a", splits=["train", "validation"]) == 0
