@@ -4,7 +4,10 @@ fault fixtures. Test doubles are in tests/fakes.py; no test module imports anoth
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -162,3 +165,29 @@ def paper_arm(arm: str, method: str, checkpoints: dict, start_from: str | None =
     """An arm as `flywheel.reports.paper.collect` lists it, on ScienceWorld."""
     return {"preset": "p", "arm": arm, "benchmark": "scienceworld", "method": method, "history_mode": "fused",
             "start_from": start_from, "checkpoints": checkpoints}
+
+
+# A two-arm experiment on a tiny model (tests/drivers: arms across sittings, shared k=0 episodes).
+TWO_ARMS = {
+    "name": "two-sittings",
+    "benchmark": "webshop",
+    "iterations": 1,
+    "model": "tiny",
+    "envs": {"seed_limit": 2, "train_limit": 2, "eval_limit": 3, "max_steps": 3, "validation_tasks": 3},
+    "policy": {"epochs": 1, "max_new_tokens": 16, "samples_per_task": 1, "parallel_envs": 3, "batch_size": 4},
+    "curriculum": {"synthesize": False},
+    "loop": {"adaptive_sampling": False},
+    "continue_on_empty_gate": True,
+    "arms": {"a": {}, "b": {"policy": {"rollout_seed": 7}, "method": {"start_from": "a", "evaluate_start": False}}},
+    "compare": ["b@1 vs a@0", "a@last vs b@1"],
+    "replicates": {"a": ["a"]},
+}
+
+
+def experiment_process(preset: Path, runs: Path, results: Path, *args: str) -> subprocess.CompletedProcess:
+    """`flywheel experiment` in a process of its own (another sitting), with its own runs folder."""
+    env = {**os.environ, "DAGSTER_HOME": str(runs.parent / "dagster_home"), "OMP_NUM_THREADS": "1"}
+    (runs.parent / "dagster_home").mkdir(exist_ok=True)
+    return subprocess.run([sys.executable, "-m", "flywheel.cli", "experiment", str(preset), "--runs-dir", str(runs),
+                           "--results-dir", str(results), *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=900)

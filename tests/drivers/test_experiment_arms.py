@@ -4,9 +4,6 @@ retrains that k=0 and refuses to go on when the weights differ; the equal-comput
 shipped preset trains each of its examples."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,46 +12,22 @@ import yaml
 from flywheel.config.presets import load_preset
 from flywheel.core.provenance import resign_arm, weights_sha256
 from flywheel.policy.sft import TrainConfig, examples_never_trained, planned_steps
+from tests.helpers import TWO_ARMS, experiment_process
 
 REPO = Path(__file__).resolve().parents[2]
-
-TWO_ARMS = {
-    "name": "two-sittings",
-    "benchmark": "webshop",
-    "iterations": 1,
-    "model": "tiny",
-    "envs": {"seed_limit": 2, "train_limit": 2, "eval_limit": 3, "max_steps": 3, "validation_tasks": 3},
-    "policy": {"epochs": 1, "max_new_tokens": 16, "samples_per_task": 1, "parallel_envs": 3, "batch_size": 4},
-    "curriculum": {"synthesize": False},
-    "loop": {"adaptive_sampling": False},
-    "continue_on_empty_gate": True,
-    "arms": {"a": {}, "b": {"policy": {"rollout_seed": 7}, "method": {"start_from": "a", "evaluate_start": False}}},
-    "compare": ["b@1 vs a@0", "a@last vs b@1"],
-    "replicates": {"a": ["a"]},
-}
-
-
-def _experiment(preset: Path, runs: Path, results: Path, *args: str) -> subprocess.CompletedProcess:
-    """`flywheel experiment` in a process of its own (another sitting), with its own runs folder."""
-    env = {**os.environ, "DAGSTER_HOME": str(runs.parent / "dagster_home"), "OMP_NUM_THREADS": "1"}
-    (runs.parent / "dagster_home").mkdir(exist_ok=True)
-    return subprocess.run([sys.executable, "-m", "flywheel.cli", "experiment", str(preset), "--runs-dir", str(runs),
-                           "--results-dir", str(results), *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=900)
-
 
 def test_arms_from_separate_runs_folders_and_processes_merge_and_k0_is_checked(tmp_path):
     preset = tmp_path / "two-sittings.yaml"
     preset.write_text(yaml.safe_dump(TWO_ARMS))
     results = tmp_path / "results"
-    first = _experiment(preset, tmp_path / "runs1", results, "--arms", "a")
+    first = experiment_process(preset, tmp_path / "runs1", results, "--arms", "a")
     assert first.returncode == 0, first.stderr[-3000:]
     a = json.loads((results / "arms" / "a.json").read_text())
     k0 = json.loads((tmp_path / "runs1" / "a" / "progress.json").read_text())
     assert a["provenance"]["run_id"] == k0["run_id"] and a["provenance"]["complete"]
     assert a["provenance"]["k0_weights_sha256"] == weights_sha256(_k0_path(tmp_path / "runs1" / "a"))
     # Another sitting, another runs folder without arm a: b retrains a's k=0 and finds the same weights.
-    second = _experiment(preset, tmp_path / "runs2", results, "--arms", "b")
+    second = experiment_process(preset, tmp_path / "runs2", results, "--arms", "b")
     assert second.returncode == 0, second.stderr[-3000:]
     done = json.loads((tmp_path / "runs2" / "b" / "progress.json").read_text())["done"]
     assert done["sft:0"]["k0_matches_recorded"] and "evaluation:0" not in done
@@ -77,14 +50,14 @@ def test_arms_from_separate_runs_folders_and_processes_merge_and_k0_is_checked(t
     a["provenance"]["k0_weights_sha256"] = "0" * 64
     (results / "arms" / "a.json").write_text(json.dumps(a))
     resign_arm(results / "arms" / "a.json")  # as if recorded so elsewhere (an edit is refused unless re-signed)
-    third = _experiment(preset, tmp_path / "runs3", results, "--arms", "b")
+    third = experiment_process(preset, tmp_path / "runs3", results, "--arms", "b")
     assert third.returncode == 2 and "differ from the recorded ones" in third.stderr and "--accept-k0-drift" in third.stderr
     assert "Traceback" not in third.stderr
     # a.json records its k=0 examples' hash: b trained on the same examples, so the difference is numerical
     assert a["provenance"]["k0_examples_sha256"] and "the same training examples" in third.stderr
     assert "rollouts:0" not in json.loads((tmp_path / "runs3" / "b" / "progress.json").read_text())["done"]
     # Accepted: the difference is recorded and b evaluates its own k=0.
-    fourth = _experiment(preset, tmp_path / "runs3", results, "--arms", "b", "--accept-k0-drift")
+    fourth = experiment_process(preset, tmp_path / "runs3", results, "--arms", "b", "--accept-k0-drift")
     assert fourth.returncode == 0, fourth.stderr[-3000:]
     progress = json.loads((tmp_path / "runs3" / "b" / "progress.json").read_text())
     assert progress["k0_drift"]["recorded_sha256"] == "0" * 64 and "evaluation:0" in progress["done"]

@@ -8,7 +8,7 @@ import yaml
 
 from flywheel.core.store import Store
 from flywheel.drivers.experiment import NOT_IN_PLAY, episode_siblings
-from tests.drivers.test_experiment_arms import TWO_ARMS, _experiment
+from tests.helpers import TWO_ARMS, experiment_process
 
 
 def test_arms_sharing_a_k0_share_its_episodes_unless_they_change_how_an_episode_plays():
@@ -52,7 +52,7 @@ def test_arms_from_one_k0_take_each_others_k0_episodes_in_one_runs_folder(tmp_pa
     preset = tmp_path / "siblings.yaml"
     preset.write_text(yaml.safe_dump(spec))
     runs, results = tmp_path / "runs", tmp_path / "results"
-    run = _experiment(preset, runs, results)
+    run = experiment_process(preset, runs, results)
     assert run.returncode == 0, run.stderr[-3000:]
 
     def done(arm: str) -> dict:
