@@ -105,8 +105,11 @@ class Handler(BaseHTTPRequestHandler):
                 Path(marker).touch()
             event(kind="die")
             os._exit(3)
-        if "TOO_LONG" in prompt:
-            return self._json(400, {"error": {"message": "prompt longer than max_model_len", "type": "BadRequestError"}})
+        if "TOO_LONG" in prompt:  # vLLM's own words
+            return self._json(400, {"error": {"message": "This model's maximum context length is 4096 tokens. However, "
+                                              "your prompt contains at least 4097 input tokens", "type": "BadRequestError"}})
+        if "BAD_REQUEST" in prompt:
+            return self._json(400, {"error": {"message": "temperature must be non-negative", "type": "BadRequestError"}})
         n_prompt = len(prompt.split())
         reply = s.get("reply", "Thought: t\nPlan: p\nAction: look")
         # What a rambling model writes after its action line: the client must stop reading there.

@@ -62,6 +62,15 @@ class Generation:
     completion_tokens: int
     # Set when no answer could be had (e.g. the policy server stayed down): the episode is errored.
     error: str = ""
+    # The prompt no longer fits the policy's context (the server's max_model_len): the episode can go no further
+    # and ends there, failed (a property of the policy and its history, not an error; `error` says why).
+    context_full: bool = False
+
+
+def context_full(exc: BaseException) -> bool:
+    """An OpenAI-compatible server refused the prompt for its length (vLLM: HTTP 400 "This model's maximum
+    context length is N tokens. However, your prompt contains at least M input tokens")."""
+    return getattr(exc, "status_code", None) == 400 and "maximum context length" in str(exc).lower()
 
 
 class Generator(Protocol):
@@ -248,6 +257,8 @@ class OpenAICompatibleGenerator:
                 resp = retry_within(self.request_timeout_s, lambda left_s: attempt(messages, left_s),
                                     retryable=_retryable, max_attempts=self.max_retries + 1)
             except Exception as exc:  # noqa: BLE001 - its message may echo the key: re-raised redacted
+                if context_full(exc):  # the episode ends there, failed (Generation.context_full)
+                    return Generation("", 0, 0, error=self.redact(str(exc)), context_full=True)
                 raise RuntimeError(f"policy endpoint failed: {self.redact.exception(exc)} (request_timeout_s "
                                    f"{self.request_timeout_s:g} s per request, its retries included)") from None
             text = self.redact(cut_after_action(clip_answer(resp.choices[0].message.content or "", max_new_tokens)))

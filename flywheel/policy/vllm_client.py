@@ -6,7 +6,8 @@
 Crashes: `ManagedVLLMGenerator` restarts a dead server and retries the rows that failed;
 rows that still fail come back with `Generation.error` set, and the rollout engine records the
 episode as errored (as it does for env crashes). A request the server refuses (HTTP 4xx, e.g. a
-prompt longer than `max_model_len`) fails its row at once: a retry cannot fix it.
+prompt longer than `max_model_len`) fails its row at once: a retry cannot fix it; a prompt that no longer fits
+the context comes back as `Generation.context_full`, and the engine ends that episode there, failed.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from flywheel.policy.inference import (
     OpenAICompatibleGenerator,
     action_line_end,
     clip_answer,
+    context_full,
     cut_after_action,
     looping,
 )
@@ -122,6 +124,7 @@ class ManagedVLLMGenerator:
     ) -> list[Generation]:
         out: list[Generation | None] = [None] * len(prompts)
         errors: dict[int, str] = {}
+        full: set[int] = set()  # rows whose prompt no longer fits the context
         todo = list(range(len(prompts)))
         restarts = 0
         while todo:
@@ -156,6 +159,8 @@ class ManagedVLLMGenerator:
                     errors[i] = f"{type(res).__name__}: {res}"
                 else:
                     errors[i] = f"{type(res).__name__}: {res}"
+                    if context_full(res):
+                        full.add(i)
             if not retry:
                 break
             if restarts >= self.server.cfg.max_restarts:
@@ -175,5 +180,5 @@ class ManagedVLLMGenerator:
             for i in retry:
                 errors.pop(i, None)
             todo = retry
-        return [g if g is not None else Generation("", 0, 0, error=errors.get(i, "no answer"))
+        return [g if g is not None else Generation("", 0, 0, error=errors.get(i, "no answer"), context_full=i in full)
                 for i, g in enumerate(out)]

@@ -319,6 +319,10 @@ class _Rollout:
         fresh env after a crash, or leave it live for its next step."""
         ep = slot.episode
         assert ep is not None
+        if gen.context_full:  # the history outgrew the policy's context: the episode ends here, failed
+            self.finish(slot, "ok", f"ended at step {len(ep.steps) + 1}: the prompt no longer fits the policy's "
+                        f"context ({gen.error})")
+            return
         if gen.error:  # no answer even after the policy server's restarts: errored, as env crashes are
             self.finish(slot, "errored", f"generation failed: {gen.error}")
             return

@@ -231,15 +231,18 @@ def test_stop_on_loop_closes_the_stream_of_a_looping_answer(tmp_path, stub_cfg):
 
 
 def test_bad_request_errors_its_row_without_a_restart(tmp_path, stub_cfg):
+    """A 4xx fails its row at once; a prompt refused for its length says so (`context_full`: the episode ends
+    there, failed), any other refusal is an error."""
     cfg, _ = stub_cfg
     k0 = checkpoint(tmp_path, "k0")
     with VLLMServer(cfg) as server:
         gen = ManagedVLLMGenerator(server, str(k0), "k0")
-        out = gen.generate([[{"role": "user", "content": "fine"}], [{"role": "user", "content": "TOO_LONG"}]],
-                           temperature=0, max_new_tokens=16)
+        out = gen.generate([[{"role": "user", "content": "fine"}], [{"role": "user", "content": "TOO_LONG"}],
+                            [{"role": "user", "content": "BAD_REQUEST"}]], temperature=0, max_new_tokens=16)
         assert [e.event for e in server.events] == ["start"]
-    assert out[0].error == "" and out[0].text == GOOD
-    assert "BadRequest" in out[1].error and out[1].text == ""
+    assert out[0].error == "" and out[0].text == GOOD and not out[0].context_full
+    assert "maximum context length" in out[1].error and out[1].text == "" and out[1].context_full
+    assert "BadRequest" in out[2].error and not out[2].context_full
 
 
 def test_server_that_fails_to_start_reports_its_log(tmp_path):

@@ -2,6 +2,7 @@
 
 import pytest
 
+from flywheel.policy.inference import Generation
 from flywheel.rollout.engine import RolloutConfig, run_rollouts
 from tests.fakes import CounterEnv, ScriptGenerator, ServerLikeGenerator, counter_task
 
@@ -175,3 +176,26 @@ def test_per_episode_seeds_are_distinct_per_job_and_step_and_reproducible():
 def test_unknown_scheduling_is_a_clear_error():
     with pytest.raises(ValueError, match="scheduling 'lockstep'"):
         run([(counter_task(0), 0)], ScriptGenerator(), scheduling="lockstep")
+
+
+class ContextFills(ScriptGenerator):
+    """Answers until a prompt holds `steps` earlier steps, then refuses it as a server does past its context."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__()
+        self.steps = steps
+
+    def generate(self, prompts, *, temperature, max_new_tokens, seed=None):
+        return [Generation("", 0, 0, error="BadRequestError: maximum context length is 4096 tokens", context_full=True)
+                if " ".join(m["content"] for m in p).count("Value is") > self.steps else g  # the reset says one
+                for p, g in zip(prompts, super().generate(prompts, temperature=temperature,
+                                                          max_new_tokens=max_new_tokens), strict=True)]
+
+
+def test_an_episode_whose_prompt_outgrows_the_context_ends_there_failed_not_errored():
+    """A history too long for the policy's context is the policy's limit, not a fault: the episode ends at that
+    step as a failure (counted in every rate), with the reason; an errored one would be left out and replayed."""
+    [traj] = run_rollouts([(counter_task(0, target=5), 0)], make_env=CounterEnv, generator=ContextFills(2),
+                          instructions="count", normalize_action=str.strip, cfg=RolloutConfig(parallel_envs=1))
+    assert traj.status == "ok" and not traj.success and len(traj.steps) == 2
+    assert "ended at step 3" in traj.error and "context" in traj.error
