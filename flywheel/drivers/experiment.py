@@ -344,8 +344,11 @@ def share_k0_episodes(preset: Preset, arm: str, arm_dir: Path, store: Store, sta
     splits = [VALIDATION] + (["train"] if "rollouts:0" in stages else [])
     copied = {}
     for other in episode_siblings(preset, arm):
-        path = arm_dir.parent / other / "flywheel.duckdb"
-        if path.exists() and (n := store.copy_episodes(Store(path, read_only=True), benchmark=preset.benchmark,
+        path, saved = arm_dir.parent / other / "flywheel.duckdb", arm_dir.parent / other / "config.json"
+        # the sibling as the preset says now: one run under an older configuration played other episodes
+        ran_as_now = saved.exists() and json.loads(saved.read_text())["sections"] == \
+            arm_config(preset, other, "")["sections"]
+        if ran_as_now and path.exists() and (n := store.copy_episodes(Store(path, read_only=True), benchmark=preset.benchmark,
                                                        iteration=0, checkpoint_id=ckpt["checkpoint_id"],
                                                        splits=splits)):
             copied[other] = n
