@@ -163,8 +163,8 @@ def run_arm(
             recorded_start(preset, arm, source, results)  # before training: is there a k=0 to compare with?
         stage_jobs = jobs
         extra: dict[str, Any] = {}
-        if stage != "sft:0" and source and (shared := share_k0_episodes(preset, arm, arm_dir, store,
-                                                                        [s for s, _, _ in stages])):
+        if stage in PLAYS_K0 and source and (shared := share_k0_episodes(preset, arm, arm_dir, store,
+                                                                         [s for s, _, _ in stages])):
             extra["shared_episodes"] = shared  # k=0's rollouts and validation games, played by these arms
         if stage.startswith("sft:") and k and controls:  # the same steps as arm `controls` trained at k
             extra["matched_steps_of"], extra["steps"] = controls, controlled_steps(preset, arm, controls, k,
@@ -311,6 +311,9 @@ def import_start_checkpoint(preset: Preset, arm: str, source: str, arm_dir: Path
 # run, how k > 0 trains), as their declarations say (`play=False`): arms that share a k=0 checkpoint and differ
 # only in these, or outside envs and policy (the loop, the method), share its episodes (`share_k0_episodes`).
 NOT_IN_PLAY = {"envs": not_in_play(EnvResource), "policy": not_in_play(*policy_classes().values())}
+# The stages that play episodes of the k=0 checkpoint: its rollouts, and sft:1, whose promotion gate plays k=0's
+# validation games (a later gate that keeps k=0 finds them in the store).
+PLAYS_K0 = ("rollouts:0", "sft:1")
 
 
 def episode_siblings(preset: Preset, arm: str) -> list[str]:
@@ -319,10 +322,10 @@ def episode_siblings(preset: Preset, arm: str) -> list[str]:
     policy. Such episodes are draws from the same distribution (the same weights, tasks and sampling settings);
     taking them makes the arms' k=1 differ only in what the arm changes (common random numbers), and spares
     playing them again. Replicates, which set their own rollout_seed, never share."""
-    source = preset.arm_sections(arm).get("method", {}).get("start_from")
+    mine = preset.arm_sections(arm)
+    source = mine.get("method", {}).get("start_from")
     if not source:
         return []
-    mine = preset.arm_sections(arm)
 
     def same_play(other: str) -> bool:
         theirs = preset.arm_sections(other)
@@ -344,13 +347,13 @@ def share_k0_episodes(preset: Preset, arm: str, arm_dir: Path, store: Store, sta
     splits = [VALIDATION] + (["train"] if "rollouts:0" in stages else [])
     copied = {}
     for other in episode_siblings(preset, arm):
-        path, saved = arm_dir.parent / other / "flywheel.duckdb", arm_dir.parent / other / "config.json"
-        # the sibling as the preset says now: one run under an older configuration played other episodes
-        ran_as_now = saved.exists() and json.loads(saved.read_text())["sections"] == \
-            arm_config(preset, other, "")["sections"]
-        if ran_as_now and path.exists() and (n := store.copy_episodes(Store(path, read_only=True), benchmark=preset.benchmark,
-                                                       iteration=0, checkpoint_id=ckpt["checkpoint_id"],
-                                                       splits=splits)):
+        db, saved = arm_dir.parent / other / "flywheel.duckdb", arm_dir.parent / other / "config.json"
+        if not (db.exists() and saved.exists()):
+            continue
+        if json.loads(saved.read_text())["sections"] != arm_config(preset, other, "")["sections"]:
+            continue  # run under an older configuration than the preset names now: other episodes
+        if n := store.copy_episodes(Store(db, read_only=True), benchmark=preset.benchmark, iteration=0,
+                                    checkpoint_id=ckpt["checkpoint_id"], splits=splits):
             copied[other] = n
     return copied
 
