@@ -137,7 +137,7 @@ def run_arm(
         return {name: defs.resolve_job_def(f"{name}_job") for name in ("bootstrap", "iteration", "baselines")}
 
     jobs = jobs_for({})
-    store = Store(arm_dir / "flywheel.duckdb")
+    store = Store(arm_dir / "flywheel.duckdb", method=preset.method(arm))  # what it writes carries the arm's method
     method = preset.arm_sections(arm).get("method", {})
     # A method that trains as many steps as another arm (`Method.equal_steps`, the control) names it in `controls`.
     source = method.get("start_from")
