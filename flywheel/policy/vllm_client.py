@@ -124,7 +124,6 @@ class ManagedVLLMGenerator:
     ) -> list[Generation]:
         out: list[Generation | None] = [None] * len(prompts)
         errors: dict[int, str] = {}
-        full: set[int] = set()  # rows whose prompt no longer fits the context
         todo = list(range(len(prompts)))
         restarts = 0
         while todo:
@@ -157,10 +156,8 @@ class ManagedVLLMGenerator:
                 elif _retryable(res):
                     retry.append(i)
                     errors[i] = f"{type(res).__name__}: {res}"
-                else:
-                    errors[i] = f"{type(res).__name__}: {res}"
-                    if context_full(res):
-                        full.add(i)
+                else:  # refused (4xx): a retry cannot help; a prompt past the context ends its episode, failed
+                    out[i] = Generation("", 0, 0, error=f"{type(res).__name__}: {res}", context_full=context_full(res))
             if not retry:
                 break
             if restarts >= self.server.cfg.max_restarts:
@@ -180,5 +177,5 @@ class ManagedVLLMGenerator:
             for i in retry:
                 errors.pop(i, None)
             todo = retry
-        return [g if g is not None else Generation("", 0, 0, error=errors.get(i, "no answer"), context_full=i in full)
+        return [g if g is not None else Generation("", 0, 0, error=errors.get(i, "no answer"))
                 for i, g in enumerate(out)]
