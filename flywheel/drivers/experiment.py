@@ -26,6 +26,7 @@ from typing import Any
 
 import dagster as dg
 
+from flywheel.assets._checkpoints import promoted_checkpoint
 from flywheel.assets.checks import VALIDATION
 from flywheel.config.presets import Preset, arm_config, arm_order, arm_resources
 from flywheel.core.provenance import (
@@ -163,8 +164,8 @@ def run_arm(
             recorded_start(preset, arm, source, results)  # before training: is there a k=0 to compare with?
         stage_jobs = jobs
         extra: dict[str, Any] = {}
-        if stage in PLAYS_K0 and source and (shared := share_k0_episodes(preset, arm, arm_dir, store,
-                                                                         [s for s, _, _ in stages])):
+        if source and (at := k0_plays_at(stage)) is not None and (
+                shared := share_k0_episodes(preset, arm, arm_dir, store, [s for s, _, _ in stages], at)):
             extra["shared_episodes"] = shared  # k=0's rollouts and validation games, played by these arms
         if stage.startswith("sft:") and k and controls:  # the same steps as arm `controls` trained at k
             extra["matched_steps_of"], extra["steps"] = controls, controlled_steps(preset, arm, controls, k,
@@ -316,6 +317,14 @@ NOT_IN_PLAY = {"envs": not_in_play(EnvResource), "policy": not_in_play(*policy_c
 PLAYS_K0 = ("rollouts:0", "sft:1")
 
 
+def k0_plays_at(stage: str) -> int | None:
+    """The iteration whose k=0 episodes `stage` may take from its siblings: 0 for PLAYS_K0; k for rollouts:k
+    (k > 0), which the k=0 checkpoint plays when the promotion gate rejected every checkpoint up to k; else None."""
+    if stage in PLAYS_K0:
+        return 0
+    return int(stage.split(":")[1]) if stage.startswith("rollouts:") else None
+
+
 def episode_siblings(preset: Preset, arm: str) -> list[str]:
     """The arms whose episodes of the k=0 checkpoint `arm` may take instead of playing its own: they start from
     the same arm (the same k=0 weights) and differ from `arm` only in NOT_IN_PLAY fields or outside envs and
@@ -335,16 +344,21 @@ def episode_siblings(preset: Preset, arm: str) -> list[str]:
             and preset.arm_sections(a).get("method", {}).get("start_from") == source and same_play(a)]
 
 
-def share_k0_episodes(preset: Preset, arm: str, arm_dir: Path, store: Store, stages: list[str]) -> dict[str, int]:
+def share_k0_episodes(preset: Preset, arm: str, arm_dir: Path, store: Store, stages: list[str],
+                      k: int = 0) -> dict[str, int]:
     """Copy into `store` the k=0 checkpoint's episodes that `episode_siblings` in this runs folder have played and
     this arm has not, of the kinds this arm's `stages` play (the promotion gate's validation games; rollouts if
     it rolls out); returns how many came from each. Only where this arm took its k=0 from its start arm here
-    (the same checkpoint id, the same weights). What the arm's plan does not ask for (another allocation) is
-    dropped by the stage's own resume plan (plan_resume)."""
+    (the same checkpoint id, the same weights). With k > 0: the rollouts of iteration k, where the promotion gate
+    kept k=0 through k here (the loop goes on from k=0) and a sibling's k=0 played them too. What the arm's plan
+    does not ask for (another allocation) is dropped by the stage's own resume plan (plan_resume)."""
     ckpt = store.latest_checkpoint(preset.benchmark, 0)
     if ckpt is None or "imported_from_arm" not in lineage_of(ckpt):
         return {}
-    splits = [VALIDATION] + (["train"] if "rollouts:0" in stages else [])
+    if k and (store.latest_checkpoint(preset.benchmark, k) is None
+              or promoted_checkpoint(store, preset.benchmark, k)["checkpoint_id"] != ckpt["checkpoint_id"]):
+        return {}
+    splits = ["train"] if k else [VALIDATION] + (["train"] if "rollouts:0" in stages else [])
     copied = {}
     for other in episode_siblings(preset, arm):
         db, saved = arm_dir.parent / other / "flywheel.duckdb", arm_dir.parent / other / "config.json"
@@ -352,7 +366,7 @@ def share_k0_episodes(preset: Preset, arm: str, arm_dir: Path, store: Store, sta
             continue
         if json.loads(saved.read_text())["sections"] != arm_config(preset, other, "")["sections"]:
             continue  # run under an older configuration than the preset names now: other episodes
-        if n := store.copy_episodes(Store(db, read_only=True), benchmark=preset.benchmark, iteration=0,
+        if n := store.copy_episodes(Store(db, read_only=True), benchmark=preset.benchmark, iteration=k,
                                     checkpoint_id=ckpt["checkpoint_id"], splits=splits):
             copied[other] = n
     return copied

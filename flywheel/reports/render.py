@@ -160,8 +160,9 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
                       flow), ""]
         if any((r.get("rollouts") or {}).get("shared_from") for r in res["per_k"]):
             parts += ["Rollouts \"played by\" another arm: this arm took that arm's episodes of the k=0 checkpoint "
-                      "they share (the same weights, tasks and sampling settings) instead of playing its own, so "
-                      "the two arms' k=1 differ only in what this arm changes.", ""]
+                      "they share (the same weights, tasks and sampling settings) instead of playing its own (at k > 0: "
+                      "where both arms' promotion gates kept k=0), so the arms' next checkpoints differ only in what "
+                      "this arm changes.", ""]
         parts += render_behaviour(res)
         parts += render_answer_lengths(res)
         parts += [f"Seed tasks (teacher trajectories): {res['seed_tasks']}.", ""]

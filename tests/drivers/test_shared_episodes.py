@@ -1,6 +1,7 @@
 """Arms that start from one k=0 share its episodes (`flywheel.drivers.experiment.share_k0_episodes`): which
 arms may (`episode_siblings`, from the fields' `play` declarations), and the copy through a real run."""
 
+import dataclasses
 import json
 from types import SimpleNamespace
 
@@ -72,3 +73,53 @@ def test_arms_from_one_k0_take_each_others_k0_episodes_in_one_runs_folder(tmp_pa
     arm_c = json.loads((results / "arms" / "c.json").read_text())
     assert arm_c["results"]["per_k"][0]["rollouts"]["shared_from"] == {"b": len(b)}
     assert "played by `b`" in (results / "report.md").read_text()
+
+
+def test_an_arm_whose_gate_kept_k0_takes_a_siblings_k0_rollouts_of_that_k(tmp_path):
+    """rollouts:k (k > 0) of an arm whose promotion gate rejected checkpoint k are played by k=0: a sibling whose
+    gate kept k=0 too played the same episodes, so the arm takes them (only k=0's, only iteration k, only train);
+    once its gate promotes k, k's own checkpoint plays and nothing is taken."""
+    from flywheel.config.presets import arm_config, load_preset
+    from flywheel.drivers.experiment import k0_plays_at, share_k0_episodes
+    from tests.fakes import make_traj
+
+    spec = {**TWO_ARMS, "name": "kept", "compare": [], "replicates": {}, "arms": {
+        "a": {},
+        "b": {"loop": {"clean_successes": False}, "method": {"start_from": "a", "evaluate_start": False}},
+        "c": {"policy": {"refine_learning_rate": 1e-4}, "method": {"start_from": "a", "evaluate_start": False}}}}
+    (tmp_path / "kept.yaml").write_text(yaml.safe_dump(spec))
+    preset = load_preset(str(tmp_path / "kept.yaml"))
+    k0, bench = "b-k0@a", preset.benchmark
+
+    def arm_store(arm: str, k1: str, promoted: bool) -> Store:
+        (tmp_path / arm).mkdir()
+        (tmp_path / arm / "config.json").write_text(json.dumps(arm_config(preset, arm, "")))
+        db = Store(tmp_path / arm / "flywheel.duckdb")
+        db.record_checkpoint({"checkpoint_id": k0, "benchmark": bench, "iteration": 0, "path": "k0",
+                              "lineage": {"imported_from_arm": "a"}})
+        db.record_checkpoint({"checkpoint_id": k1, "benchmark": bench, "iteration": 1, "path": k1})
+        db.record_promotion({"benchmark": bench, "iteration": 1, "checkpoint_id": k1, "promoted": promoted,
+                             "promoted_id": k1 if promoted else k0})
+        return db
+
+    def episode(task: str, sample: int, iteration: int, model_id: str, split: str = "train"):
+        traj = make_traj(task, sample, iteration)
+        return dataclasses.replace(traj, benchmark=bench, model_id=model_id, split=split)
+
+    b = arm_store("b", "b-k1", promoted=False)
+    b.write_trajectories([episode("t1", 0, 1, k0), episode("t2", 0, 1, k0), episode("t1", 0, 0, k0),
+                          episode("v1", 0, 1, "b-k1", "validation")])
+    c = arm_store("c", "c-k1", promoted=False)
+    c.write_trajectories([episode("t2", 0, 1, k0)])  # played before a stop: kept, not copied over
+    stages = ["rollouts:0", "sft:1", "rollouts:1", "evaluation:1"]
+    assert [k0_plays_at(s) for s in stages] == [0, 0, 1, None]
+    assert share_k0_episodes(preset, "c", tmp_path / "c", c, stages, 1) == {"b": 1}
+    got = c.trajectory_table(benchmark=bench, source="policy")
+    assert sorted((r["task_id"], r["iteration"], r["model_id"]) for r in got.iter_rows(named=True)) == [
+        ("t1", 1, k0), ("t2", 1, k0)]
+
+    c.delete_trajectories(benchmark=bench, iteration=1)
+    c.record_promotion({"benchmark": bench, "iteration": 1, "checkpoint_id": "c-k1", "promoted": True,
+                        "promoted_id": "c-k1"})  # k=1 promoted: rollouts:1 are k=1's own to play
+    assert share_k0_episodes(preset, "c", tmp_path / "c", c, stages, 1) == {}
+    assert c.trajectory_table(benchmark=bench, iteration=1).is_empty()
