@@ -17,6 +17,12 @@ a failed blocking check, an iteration k+1 started before gate k. Those fail once
   invalid (its `setup_for_execution` fails the run before any step).
 
 Everything else (EnvError, TeacherError, CUDA OOM, a killed worker) keeps its retries.
+
+An interrupt is not a failure to retry either: Dagster answers an interrupted step that has a retry policy
+with a retry ("respect retry policy when interrupts occur"), so `kill PID` (SIGTERM through the CLI) or
+Ctrl-C during `rollouts` played on in a second attempt and it took three to stop an experiment.
+`@fails_once` turns an interrupt raised in its body into a step failure without op retries; the run ends,
+and the same command later resumes from what the store holds.
 """
 
 from __future__ import annotations
@@ -73,11 +79,15 @@ def fail_once(context: Any, message: str, *, metadata: dict[str, Any] | None = N
 
 @contextmanager
 def deterministic_errors(context: Any) -> Iterator[None]:
-    """Inside: a DETERMINISTIC exception becomes `fail_once` with its message."""
+    """Inside: a DETERMINISTIC exception becomes `fail_once` with its message; an interrupt fails the step
+    without op retries (run retries are left to the deployment: a terminated run is not retried by them)."""
     try:
         yield
     except DETERMINISTIC as exc:
         fail_once(context, f"{type(exc).__name__}: {' '.join(str(exc).split())}")
+    except (KeyboardInterrupt, dg.DagsterExecutionInterruptedError) as exc:
+        raise dg.Failure(description="interrupted (Ctrl-C, SIGTERM or a terminated run): not retried; the same "
+                         "command resumes from what the store holds", allow_retries=False) from exc
 
 
 def fails_once(fn: Callable[..., Any]) -> Callable[..., Any]:
