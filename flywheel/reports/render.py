@@ -256,7 +256,8 @@ def render_claims(rows: list[dict[str, Any]]) -> list[str]:
             w = r.get("with_run_variance")
             extra = f"; with run variance [{100 * w['ci_low']:+.1f}, {100 * w['ci_high']:+.1f}]" if w and not pooled else ""
             at = f" (k={d['k']})" if PROMOTED in asked and len(r["replicates"]) > 1 else ""  # resolved run by run
-            table.append([name, r["split"], f"`{m}`{at}", paired, d.get("block", "-"), diff(d) + extra, f"{d['gained']}/{d['lost']}",
+            going = f" (not complete: {', '.join(f'`{a}`' for a in d['in_progress'])})" if d.get("in_progress") else ""
+            table.append([name, r["split"], f"`{m}`{at}{going}", paired, d.get("block", "-"), diff(d) + extra, f"{d['gained']}/{d['lost']}",
                           f"{d['mcnemar_p']:.3g}", ("yes" if d["significant"] else "no") if pooled else verdict(r),
                           _reward_delta(d.get("reward"))])
             if g := d.get("within_blocks"):  # other k=0 weights: each side's gain over its own k=0

@@ -320,6 +320,8 @@ def claims(preset: Preset, records: dict[str, dict[str, Any]]) -> list[dict[str,
                 d["paired_with"], d["pairing"] = pairing[m]
                 d["k"], d["reference_k"] = news[m][0], olds[m][0]  # @promoted resolves run by run
                 d["block"] = block_check(records, m, pairing[m][0], pairing[m][1])
+                d["in_progress"] = [a for a in dict.fromkeys((m, pairing[m][0]))  # @promoted may still change
+                                    if not records[a].get("provenance", {}).get("complete", True)]
                 if d["block"].startswith("**other") and kk and old_k:  # each side's gain over its own k=0
                     k0_new = claim_outcomes(preset, records, m, 0)
                     k0_old = claim_outcomes(preset, records, pairing[m][0], 0)

@@ -137,3 +137,18 @@ def test_a_claim_at_promoted_reads_the_checkpoint_the_gate_held(tmp_path):
     assert claims(preset, records)[0]["k"] == 2
     del records["bpo"]["results"]  # no gate ran: the last evaluated k
     assert claims(preset, records)[0]["k"] == 2
+
+
+def test_a_claim_on_an_arm_still_running_says_so():
+    """An arm file written while the arm runs (a stop mid-arm writes the report) resolves @promoted to what its
+    gate holds so far: the claim's row names the arm that is not complete."""
+    from flywheel.reports.render import render_claims
+
+    preset, records = _committed("cpu-comparison-scienceworld", ["bpo@2 vs sft-control@2"])
+    records["sft-control"] = {**records["sft-control"],
+                              "provenance": {**records["sft-control"]["provenance"], "complete": False}}
+    [row] = [r for r in claims(preset, records) if r["split"] == "all"]
+    assert {m: d["in_progress"] for m, d in row["replicates"].items()} == {
+        "bpo": ["sft-control"], "bpo-r2": [], "bpo-r3": []}
+    text = "\n".join(render_claims([row]))
+    assert "`bpo` (not complete: `sft-control`)" in text and "`bpo-r2` (not complete" not in text
