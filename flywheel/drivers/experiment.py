@@ -151,6 +151,10 @@ def run_arm(
             continue  # the start arm's evaluation of the same weights stands for it
         if stage.startswith("sft:") and progress.data.get("stopped"):
             return progress.data["stopped"]
+        if not method.get("evaluate_rejected", True) and (why := rejected_evaluation(store, preset.benchmark, stage)):
+            log.info("== experiment %s / %s: %s skipped: %s", preset.name, arm, stage, why)
+            progress.mark(stage, 0.0, skipped=why)
+            continue
         log.info("== experiment %s / %s: %s", preset.name, arm, stage)
         if on_stage:
             on_stage(stage)
@@ -192,6 +196,17 @@ def run_arm(
                                       if r["iteration"] == k), 0)
         progress.mark(stage, time.monotonic() - started, **extra, **release_memory())
     return None
+
+
+def rejected_evaluation(store: Store, benchmark: str, stage: str) -> str | None:
+    """Why `stage` is not run under `method.evaluate_rejected: false`: it evaluates a k > 0 whose latest checkpoint
+    the promotion gate rejected (the loop went on from an earlier one); None for every other stage."""
+    k = int(stage.split(":")[1]) if stage.startswith("evaluation:") else 0
+    if not k or store.latest_checkpoint(benchmark, k) is None:
+        return None
+    kept = promoted_checkpoint(store, benchmark, k)["iteration"]
+    return (f"the promotion gate rejected k={k} (k={kept} went on): method.evaluate_rejected is false"
+            if kept != k else None)
 
 
 def start_arm_is_here(preset: Preset, arm: str, source: str, arm_dir: Path) -> bool:

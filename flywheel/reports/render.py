@@ -73,6 +73,27 @@ def render_answer_lengths(res: dict[str, Any]) -> list[str]:
                  *[f"{s} eval steps at the cap" for s in splits]], rows), ""]
 
 
+def render_success_by_k(res: dict[str, Any]) -> list[str]:
+    """An arm's evaluated checkpoints: success and reward per split, and the promotion gate's decision on each k
+    (a rejected k the arm did not evaluate, `method.evaluate_rejected: false`, keeps its row and says so)."""
+    splits = res["splits"]
+    header = ["k"] + [f"{s} success % [95% CI] (s/n)" for s in splits] + [f"{s} avg reward [95% CI]" for s in splits]
+    gated = any(r.get("promotion") for r in res["per_k"])  # the promotion gate ran: a column for its decisions
+    header += ["promotion gate (validation s/n vs predecessor)"] if gated else []
+    rows = []
+    for r in res["per_k"]:
+        if r.get("evaluation_skipped"):
+            cells = ["not evaluated (rejected)"] * (2 * len(splits))
+        elif r["splits"]:
+            cells = ([success_cell(r["splits"][s]) if s in r["splits"] else "-" for s in splits]
+                     + [_reward(r["splits"][s]) if s in r["splits"] else "-" for s in splits])
+        else:
+            continue
+        rows.append([r["k"], *cells] + ([_promotion(r)] if gated else []))
+    parts = [md_table(header, rows) if rows else "No checkpoint evaluated yet.", ""]
+    return parts + ([render_promoted(res), ""] if gated else [])
+
+
 def render_markdown(results: dict[str, Any], preset: Preset) -> str:
     parts = [f"# Experiment `{preset.name}`: {preset.benchmark}, K={preset.iterations}, model {preset.model}", ""]
     if preset.description:
@@ -108,20 +129,7 @@ def render_markdown(results: dict[str, Any], preset: Preset) -> str:
                          if (res.get("reproducible") or {}).get("dirty_commits") else "")
                       + (f"; **k=0 retrained here differs from arm `{prov['k0_drift']['retrained_for']}`'s**"
                          if prov.get("k0_drift") else "") + ".", ""]
-        splits = res["splits"]
-        header = ["k"] + [f"{s} success % [95% CI] (s/n)" for s in splits] + [f"{s} avg reward [95% CI]" for s in splits]
-        gated = any(r.get("promotion") for r in res["per_k"])  # the promotion gate ran: a column for its decisions
-        header += ["promotion gate (validation s/n vs predecessor)"] if gated else []
-        rows = []
-        for r in res["per_k"]:
-            if not r["splits"]:
-                continue
-            rows.append([r["k"]] + [success_cell(r["splits"][s]) if s in r["splits"] else "-" for s in splits]
-                        + [_reward(r["splits"][s]) if s in r["splits"] else "-" for s in splits]
-                        + ([_promotion(r)] if gated else []))
-        parts += [md_table(header, rows) if rows else "No checkpoint evaluated yet.", ""]
-        if gated:
-            parts += [render_promoted(res), ""]
+        parts += render_success_by_k(res)
         if res["comparisons"]:
             parts += ["**Differences** (paired over the same tasks):", ""]
             parts += [md_table(["comparison", "split", "n", "delta (pts)", "95% CI (pts)", "gained", "lost", "McNemar p", "excludes 0",

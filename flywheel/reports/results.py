@@ -90,6 +90,8 @@ def arm_results(store: Store, benchmark: str, iterations: int, progress: dict[st
             if max_new_tokens:
                 row["splits"][s]["answer_tokens"] = answer_lengths(
                     store.policy_answer_tokens(benchmark, k, s), max_new_tokens)
+        if skipped := done.get(f"evaluation:{k}", {}).get("skipped"):  # method.evaluate_rejected: false
+            row["evaluation_skipped"] = skipped
         if k in checkpoints:
             c = checkpoints[k]
             sft = done.get(f"sft:{k}", {})

@@ -19,6 +19,9 @@ class MethodResource(dg.ConfigurableResource):
     name: str = setting("bpo", help=f"the training method: {', '.join(METHODS)} (flywheel/orchestration/methods.py)")
     evaluate_start: bool = setting(True, help="experiments: false skips evaluation:0 of a method that continues "
                                    "from a k=0 SFT another arm also trains and evaluates")
+    evaluate_rejected: bool = setting(True, help="experiments: false skips evaluation:k (k > 0) of a checkpoint the "
+                                      "promotion gate rejected: nothing builds on it and `@promoted` never names it; "
+                                      "its validation games are its record")
     start_from: str = setting("", help="experiments: take this earlier arm's k=0 SFT (the same envs, policy, "
                               "curriculum and teacher) instead of training the same SFT again")
     controls: str = setting("", help="method sft-control: the arm whose SFT steps at each k > 0 this control "

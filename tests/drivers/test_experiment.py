@@ -312,3 +312,42 @@ def test_plots_name_the_experiment_and_n_use_integer_ticks_and_skip_empty_ones(t
     assert title.startswith("mini:") and ticks == [0.0, 1.0, 2.0] and labels == ["bpo seen (n=10)"]
     nothing = {**results, "arms": {"skipped": results["arms"]["skipped"]}}
     assert ex.render_plots(nothing, tmp_path) == [] and not (tmp_path / "success_by_k.png").exists()
+
+
+def test_an_arm_that_does_not_evaluate_rejected_checkpoints_skips_only_those(tmp_path):
+    """`method.evaluate_rejected: false`: evaluation:k is skipped where the promotion gate rejected k's latest
+    checkpoint, run where it promoted it (or has not decided on a checkpoint retrained since); the report keeps the
+    rejected k's row, says it was not evaluated, and the arm's @promoted names the checkpoint the loop went on from."""
+    from flywheel.core.trajectory import Step, Trajectory
+    from flywheel.drivers.experiment import rejected_evaluation
+    from flywheel.reports.render import render_success_by_k
+    from flywheel.reports.results import arm_results, promoted_k
+
+    db = Store(tmp_path / "arm.duckdb")
+    for k in range(3):
+        db.record_checkpoint({"checkpoint_id": f"c{k}", "benchmark": "b", "iteration": k, "path": f"c{k}"})
+    db.record_promotion({"benchmark": "b", "iteration": 1, "checkpoint_id": "c1", "promoted": True, "promoted_id": "c1",
+                         "validation_n": 10, "successes": 4, "predecessor_successes": 3, "delta": 0.1, "ci_low": -0.1,
+                         "margin": 0.1, "alpha": 0.05})
+    db.record_promotion({"benchmark": "b", "iteration": 2, "checkpoint_id": "c2", "promoted": False, "promoted_id": "c1",
+                         "validation_n": 10, "successes": 1, "predecessor_successes": 4, "delta": -0.3, "ci_low": -0.5,
+                         "margin": 0.1, "alpha": 0.05})
+    why = rejected_evaluation(db, "b", "evaluation:2")
+    assert why and "rejected k=2 (k=1 went on)" in why
+    assert [rejected_evaluation(db, "b", s) for s in ("evaluation:0", "evaluation:1", "sft:2", "rollouts:1")] == [None] * 4
+
+    db.write_trajectories([Trajectory(
+        benchmark="b", split="unseen", task_id=f"t{i}", source="policy", iteration=1, sample=0, goal="g",
+        steps=[Step(observation="o", thought="e", plan="p", action="a", next_observation="o2")],
+        success=i < 3, reward=float(i < 3)) for i in range(10)])
+    db.write_evaluation({"benchmark": "b", "iteration": 1, "split": "unseen", "episodes": 10, "errored": 0,
+                         "success_rate": 0.3, "avg_reward": 0.3})
+    done = {"done": {"evaluation:2": {"seconds": 0.0, "skipped": why}}}
+    res = {**arm_results(db, "b", 2, done, ("unseen",)), "splits": ["unseen"]}  # as the report reads an arm file
+    table = "\n".join(render_success_by_k(res))
+    assert "| 1 | 30.0" in table and "| 2 | not evaluated (rejected) | not evaluated (rejected) | **rejected**" in table
+    assert "**Promoted checkpoint:** k=1" in table and promoted_k({"results": res}) == 1
+
+    time.sleep(0.01)  # a k=2 retrained after the decision: the gate has not judged it, so it is evaluated
+    db.record_checkpoint({"checkpoint_id": "c2-again", "benchmark": "b", "iteration": 2, "path": "c2-again"})
+    assert rejected_evaluation(db, "b", "evaluation:2") is None
