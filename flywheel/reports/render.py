@@ -256,7 +256,9 @@ def render_claims(rows: list[dict[str, Any]]) -> list[str]:
         asked = r.get("asked") or [r["k"], r["reference_k"]]
         name = claim_name(r)
         if r.get("status"):
-            table.append([name, "-", "-", "-", "-", f"not run yet (missing: {', '.join(r['missing'])})", "-", "-", "-", "-"])
+            why = (f"not run yet (missing: {', '.join(r['missing'])})" if r["status"] == "not run yet"
+                   else "; ".join(r["missing"]))  # a side was not evaluated at its k (method.evaluate_rejected)
+            table.append([name, "-", "-", "-", "-", why, "-", "-", "-", "-"])
             continue
         pooled = r.get("pooled")
         for m, d in r["replicates"].items():
@@ -278,7 +280,7 @@ def render_claims(rows: list[dict[str, Any]]) -> list[str]:
             t = (f"; t over runs [{100 * p['t_ci_low']:+.1f}, {100 * p['t_ci_high']:+.1f}]"
                  if p.get("t_ci_low") is not None else "")
             table.append([name, r["split"], f"pooled over {p['runs']} runs (per run {runs}; {sd}spread "
-                          f"{100 * p['spread']:.0f} pts" + (f"; not run: {', '.join(r['missing'])}" if r["missing"] else "")
+                          f"{100 * p['spread']:.0f} pts" + (f"; left out: {', '.join(r['missing'])}" if r["missing"] else "")
                           + ")", ", ".join(f"`{a}`" for a in p["references"]), "-",
                           diff(p) + t, "-", "-", verdict(r), "-"])
     return ["## Claims", "",

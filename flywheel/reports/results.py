@@ -296,13 +296,18 @@ def claims(preset: Preset, records: dict[str, dict[str, Any]]) -> list[dict[str,
     for arm, k, ref, kref in preset.compare:
         members = preset.replicates.get(arm, [arm])
         pairing = {m: reference_for(preset, records, arm, m, ref, kref) for m in members}
-        news = {m: got for m in members if (got := claim_outcomes(preset, records, m, k)) is not None}
-        olds = {m: got for m in news if (got := claim_outcomes(preset, records, pairing[m][0], kref)) is not None}
-        news = {m: n for m, n in news.items() if m in olds}
+        evaluated = {m: got for m in members if (got := claim_outcomes(preset, records, m, k)) is not None}
+        olds = {m: got for m in evaluated if (got := claim_outcomes(preset, records, pairing[m][0], kref)) is not None}
+        news = {m: n for m, n in evaluated.items() if m in olds}
+
+        def unpaired(m: str) -> str:  # why run m has nothing to pair: not run, or a side not evaluated at its k
+            side, at = (m, k) if m not in evaluated else (pairing[m][0], kref)
+            return side if side not in records else f"{side}@{at if at is not None else 'last'} not evaluated"
         if not news:
             missing = [m for m in members if m not in records] + ([ref] if ref not in records else [])
-            rows.append({"arm": arm, "k": k, "reference": ref, "reference_k": kref, "status": "not run yet",
-                         "missing": missing or members})
+            rows.append({"arm": arm, "k": k, "reference": ref, "reference_k": kref,
+                         "status": "not run yet" if missing else "not evaluated",
+                         "missing": missing or list(dict.fromkeys(unpaired(m) for m in members))})
             continue
         kk = next(iter(news.values()))[0]
         old_k = next(iter(olds.values()))[0]
@@ -335,7 +340,7 @@ def claims(preset: Preset, records: dict[str, dict[str, Any]]) -> list[dict[str,
             if len(members) > 1:
                 row["pooled"] = hierarchical_difference([(flat(n[1]), flat(olds[m][1])) for m, n in news.items()])
                 row["pooled"]["references"] = sorted({pairing[m][0] for m in news})
-                row["missing"] = [m for m in members if m not in news]
+                row["missing"] = [unpaired(m) for m in members if m not in news]
             rows.append(row)
     return rows
 

@@ -137,6 +137,12 @@ def test_a_claim_at_promoted_reads_the_checkpoint_the_gate_held(tmp_path):
     assert claims(preset, records)[0]["k"] == 2
     del records["bpo"]["results"]  # no gate ran: the last evaluated k
     assert claims(preset, records)[0]["k"] == 2
+    # method.evaluate_rejected: false left the rejected k=2 unevaluated: @promoted still pairs k=1, and the literal
+    # claim says which side was not evaluated instead of "not run yet"
+    records["bpo"] = {"outcomes": evaluated(1, 10), "results": {"per_k": [decision(1, True, 1), decision(2, False, 1)]}}
+    promoted, literal = claims(preset, records)
+    assert promoted["k"] == 1 and (literal["status"], literal["missing"]) == ("not evaluated", ["bpo@2 not evaluated"])
+    assert "| - | - | - | - | bpo@2 not evaluated |" in "\n".join(render_claims([promoted, literal]))
 
 
 def test_a_claim_on_an_arm_still_running_says_so():
