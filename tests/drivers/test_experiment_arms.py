@@ -133,8 +133,8 @@ def test_replicates_pool_with_a_hierarchical_bootstrap():
 
 
 def test_a_claim_not_run_names_the_arms_without_an_evaluation():
-    """An arm that started but evaluated nothing (its record has no outcomes) is named as missing, like an arm
-    that never ran."""
+    """An arm that started but has no evaluation at the claim's k (its record has no outcomes there: still
+    running, or its evaluation skipped) is named with the k it lacks; an arm that never ran, by its name."""
     from types import SimpleNamespace
 
     from flywheel.reports.results import claims
@@ -143,7 +143,7 @@ def test_a_claim_not_run_names_the_arms_without_an_evaluation():
                              arm_sections=lambda arm: {}, arms={"base": {}, "sft": {}, "bpo": {}})
     records = {"base": {"outcomes": {"0|seen": {"t1": [1, 1], "t2": [0, 1]}}}, "sft": {"outcomes": {}}}
     rows = claims(preset, records)
-    assert [(r["arm"], r["status"], r["missing"]) for r in rows] == [("sft", "not run yet", ["sft"]),
+    assert [(r["arm"], r["status"], r["missing"]) for r in rows] == [("sft", "not evaluated", ["sft@0 not evaluated"]),
                                                                     ("bpo", "not run yet", ["bpo"])]
 
 
