@@ -47,9 +47,8 @@ def choose(records: dict[str, dict[str, dict[int, tuple[int, int]]]], *, lead: i
     decision. `pending` names each (preset, arm, k) not decided yet; then no candidate is chosen."""
     missing = [f"{preset} {arm} k={k}" for preset in PRESETS for arm in CANDIDATES for k in KS
                if k not in records.get(preset, {}).get(arm, {})]
-    totals = {arm: {"wins": sum(w for p in PRESETS for w, _ in records.get(p, {}).get(arm, {}).values()),
-                    "games": sum(n for p in PRESETS for _, n in records.get(p, {}).get(arm, {}).values())}
-              for arm in CANDIDATES}
+    played = {arm: [wn for p in PRESETS for wn in records.get(p, {}).get(arm, {}).values()] for arm in CANDIDATES}
+    totals = {arm: {"wins": sum(w for w, _ in wn), "games": sum(n for _, n in wn)} for arm, wn in played.items()}
     if missing:
         return {"totals": totals, "pending": missing, "chosen": None, "reason": "not every checkpoint is decided yet"}
     best = max(CANDIDATES, key=lambda a: (totals[a]["wins"], a == INCUMBENT))  # a tie keeps the incumbent
