@@ -225,9 +225,10 @@ def recorded_start(preset: Preset, arm: str, source: str, results: Path | None) 
         raise ConfigurationError(f"{where}, which is neither in this runs folder nor in committed results "
                                  f"({arm_file(results, source) if results else 'no results folder'}): run arm "
                                  f"{source!r} first (arms run in the preset's order)")
-    if recorded.get("config") != preset.arm_sections(source):
+    if differ := sft0_differences(recorded.get("config") or {}, preset.arm_sections(source)):
         raise ConfigurationError(f"{where}: its committed results ({arm_file(results, source)}) were run with "
-                                 f"another configuration than the preset's now: run arm {source!r} again")
+                                 f"another k=0 configuration than the preset's now ({differ} differ): run arm "
+                                 f"{source!r} again")
     return recorded
 
 
@@ -387,15 +388,20 @@ def share_k0_episodes(preset: Preset, arm: str, arm_dir: Path, store: Store, sta
     return copied
 
 
+def sft0_differences(mine: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
+    """The fields ("section.field") in which two configurations' k=0 SFT differ: envs, policy, curriculum and
+    teacher, up to NOT_IN_SFT0 (how k > 0 trains, what the loop does with the data, how episodes are played).
+    A default pinned in a preset after its arms ran (e.g. `policy.refine_lr_scale`) leaves their k=0 the same."""
+    return [f"{s}.{f}" for s in ("envs", "policy", "curriculum", "teacher")
+            for f in sorted(set(mine.get(s, {})) | set(theirs.get(s, {})))
+            if mine.get(s, {}).get(f) != theirs.get(s, {}).get(f) and f not in NOT_IN_SFT0.get(s, ())]
+
+
 def check_shares_k0(preset: Preset, arm: str, source: str) -> None:
     """`arm` may take `source`'s k=0 SFT only if their training configurations agree (up to NOT_IN_SFT0)."""
     if source not in preset.arms or source == arm:
         raise ConfigurationError(f"arm {arm!r}: method.start_from {source!r} must name another arm of {preset.name}")
-    mine, theirs = preset.arm_sections(arm), preset.arm_sections(source)
-    differ = [f"{s}.{f}" for s in ("envs", "policy", "curriculum", "teacher")
-              for f in sorted(set(mine.get(s, {})) | set(theirs.get(s, {})))
-              if mine.get(s, {}).get(f) != theirs.get(s, {}).get(f) and f not in NOT_IN_SFT0.get(s, ())]
-    if differ:
+    if differ := sft0_differences(preset.arm_sections(arm), preset.arm_sections(source)):
         raise ConfigurationError(f"arm {arm!r}: cannot start from arm {source!r}'s k=0 SFT: their {differ} differ "
                                  f"(only {sorted(f'{s}.{f}' for s, fs in NOT_IN_SFT0.items() for f in fs)} may)")
 

@@ -1,4 +1,4 @@
-"""How k > 0 trains, chosen by the rule docs/method.md states ("The rule that chooses"), from committed arm files.
+"""How k > 0 trains, chosen by the rule docs/method.md states ("How k > 0 trains"), from committed arm files.
 
 `python -m flywheel.reports.refine_choice` reads each candidate arm's promotion-gate rows in each preset
 (`experiments/results/PRESET/arms/ARM.json`), counts the validation games its k=1 and k=2 checkpoints won (a
@@ -87,8 +87,8 @@ def render(records: dict[str, dict[str, dict[int, tuple[int, int]]]], decision: 
         "",
         "Validation games won by each candidate's k=1 and k=2 checkpoints (the promotion gate's, greedy, 50 "
         "training tasks set aside per preset; a rejected checkpoint counts), summed over the presets. The default "
-        f"moves from `{INCUMBENT}` only for a lead of at least {LEAD} games (docs/method.md, \"The rule that "
-        "chooses\"). One run per candidate per preset: a best guess, not a measured difference.",
+        f"moves from `{INCUMBENT}` only for a lead of at least {LEAD} games (docs/method.md, \"How k > 0 "
+        "trains\"). One run per candidate per preset: a best guess, not a measured difference.",
         "",
         md_table(header, rows),
         "",

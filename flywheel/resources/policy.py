@@ -70,8 +70,16 @@ class PolicyResource(dg.ConfigurableResource):
     # held-out games were lost); a lower k > 0 rate is one of the measured choices.
     refine_learning_rate: float | None = setting(
         None, sft0=False, play=False,
-        help="the SFT learning rate of every checkpoint k > 0 (null: learning_rate, as k=0)",
+        help="the SFT learning rate of every checkpoint k > 0 (null: learning_rate times refine_lr_scale for a "
+        "checkpoint that continues from k-1, learning_rate for one retrained from the base model)",
         bound=Bound(0, 1, integer=False, open_lo=True))
+    # The rule's choice (docs/method.md, "How k > 0 trains"): a quarter of k=0's rate won more promotion-gate
+    # validation games (k=1 + k=2, ALFWorld and ScienceWorld) than k=0's rate or a retrain from the base model.
+    refine_lr_scale: float = setting(
+        0.25, sft0=False, play=False,
+        help="the learning rate of a checkpoint k > 0 that continues from k-1 (refine_from: previous), as a "
+        "fraction of learning_rate, where refine_learning_rate is not set (1.0: k=0's rate, the recipe before "
+        "the rule chose)", bound=Bound(0, 1, integer=False, open_lo=True))
     # The control samples nothing, so two control runs from one k=0 are the same run unless their k > 0 SFT draws
     # differ: its replicates set this (issue 55: the control's run-to-run variance belongs in the interval).
     refine_seed: int | None = setting(
@@ -136,13 +144,22 @@ class PolicyResource(dg.ConfigurableResource):
         return PromptShape(**self._same_named(PromptShape))
 
     def train_config(self, k: int = 0) -> TrainConfig:
-        """Checkpoint k's SFT config: `refine_train_steps`, `refine_learning_rate` and `refine_seed` (when set) apply
-        to every k > 0."""
+        """Checkpoint k's SFT config: `refine_train_steps` and `refine_seed` (when set) apply to every k > 0, and its
+        learning rate is `sft_learning_rate(k)`."""
         steps = self.max_train_steps if k == 0 or self.refine_train_steps is None else self.refine_train_steps
         return TrainConfig(**{**self._same_named(TrainConfig), "max_steps": steps, "seed": self.sft_seed(k),
-                              "learning_rate": self.learning_rate if k == 0 or self.refine_learning_rate is None
-                              else self.refine_learning_rate,
+                              "learning_rate": self.sft_learning_rate(k),
                               "lora_alpha": 2 * self.lora_r, "prompt": self.prompt_shape()})
+
+    def sft_learning_rate(self, k: int) -> float:
+        """Checkpoint k's SFT learning rate: `learning_rate` at k=0 and for a k > 0 retrained from the base model;
+        `refine_learning_rate` for any k > 0 when set; else `learning_rate * refine_lr_scale` for a k > 0 that
+        continues from k-1."""
+        if k == 0:
+            return self.learning_rate
+        if self.refine_learning_rate is not None:
+            return self.refine_learning_rate
+        return self.learning_rate * (self.refine_lr_scale if self.refine_from == "previous" else 1.0)
 
     def sft_seed(self, k: int) -> int:
         """Checkpoint k's SFT seed: `refine_seed` (when set) for every k > 0, else `seed`."""

@@ -163,6 +163,22 @@ def test_a_claim_pairs_average_reward_over_the_same_tasks_as_success():
     assert (d["reward"]["n"], d["reward"]["delta"]) == (2, 0.5)  # (+0.5 + 0.5) / 2
 
 
+def test_k_above_0_continues_at_a_quarter_of_the_rate_unless_retrained_from_base_or_set():
+    """The rule's choice (docs/method.md): a checkpoint k > 0 that continues from k-1 trains at
+    `refine_lr_scale` (0.25) times k=0's rate; one retrained from the base model at k=0's rate; an explicit
+    `refine_learning_rate` wins over both; `refine_lr_scale: 1.0` is the recipe before the choice."""
+    from flywheel.resources import TransformersPolicy
+
+    def rates(**kw) -> tuple[float, float, float]:
+        policy = TransformersPolicy(learning_rate=2e-4, **kw)
+        return tuple(policy.train_config(k).learning_rate for k in (0, 1, 2))
+    assert rates() == (2e-4, 5e-5, 5e-5)
+    assert rates(refine_from="base") == (2e-4, 2e-4, 2e-4)
+    assert rates(refine_lr_scale=1.0) == (2e-4, 2e-4, 2e-4)
+    assert rates(refine_learning_rate=1e-4) == rates(refine_learning_rate=1e-4, refine_from="base") == (2e-4, 1e-4, 1e-4)
+    assert TransformersPolicy(learning_rate=1e-5).train_config(1).learning_rate == 2.5e-6  # relative to the base rate
+
+
 def test_control_replicates_differ_by_their_k_above_0_seed_and_share_the_k0():
     """`policy.refine_seed` seeds every k > 0 SFT (the control samples no rollouts, so its replicates differ only
     by it) and not k=0; `refine_learning_rate` likewise: an arm that sets them still takes its start arm's k=0."""
@@ -185,3 +201,25 @@ def test_control_replicates_differ_by_their_k_above_0_seed_and_share_the_k0():
     arms = {"a": {}, "c1": {"policy": {"refine_seed": 1, "refine_learning_rate": 5e-5}, "method": {"start_from": "a"}}}
     check_shares_k0(SimpleNamespace(name="p", arms=arms, arm_sections=lambda arm: arms[arm]), "c1", "a")
 
+
+
+def test_a_committed_start_arm_is_refused_only_for_a_k0_that_changed(tmp_path):
+    """An arm that retrains a committed start arm's k=0 compares the configurations that shape that k=0, not
+    every field: a default pinned in the preset after the start arm ran (`policy.refine_lr_scale`, the loop)
+    leaves it usable; another learning rate is refused, naming the field."""
+    from types import SimpleNamespace
+
+    from flywheel.core.provenance import write_arm
+    from flywheel.core.validation import ConfigurationError
+    from flywheel.drivers.experiment import recorded_start
+
+    ran = {"envs": {"seed_limit": 3}, "policy": {"learning_rate": 2e-4}, "method": {"name": "bpo-stage2"}}
+    write_arm(tmp_path, "a", {"arm": "a", "results": {"per_k": []}, "outcomes": {}, "splits": {}, "config": ran,
+                              "provenance": {"k0_weights_sha256": "f" * 64}})
+
+    def preset(**policy) -> SimpleNamespace:
+        sections = {**ran, "policy": {**ran["policy"], **policy}, "loop": {"clean_successes": False}}
+        return SimpleNamespace(arm_sections=lambda arm: sections)
+    assert recorded_start(preset(refine_lr_scale=1.0), "b", "a", tmp_path)["provenance"]["k0_weights_sha256"]
+    with pytest.raises(ConfigurationError, match=r"\['policy.learning_rate'\] differ\): run arm 'a' again"):
+        recorded_start(preset(learning_rate=1e-4), "b", "a", tmp_path)

@@ -10,6 +10,14 @@ COMMITTED = ["cpu-alfworld", "cpu-baselines-scienceworld", "cpu-comparison-scien
 
 
 @pytest.mark.parametrize("name", COMMITTED)
+def test_committed_presets_pin_k_above_0_at_k0s_rate(name):
+    """They ran before the rule chose a quarter of k=0's rate for k > 0 (docs/method.md)."""
+    preset = load_preset(name)
+    for arm in preset.arms:
+        assert preset.arm_sections(arm)["policy"].get("refine_lr_scale") == 1.0, (name, arm)
+
+
+@pytest.mark.parametrize("name", COMMITTED)
 def test_committed_presets_pin_uncleaned_successes_and_their_sampling(name):
     preset = load_preset(name)
     for arm in preset.arms:
