@@ -41,13 +41,17 @@ TERMINAL = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.Dagster
 
 
 def wait_for(instance, run_id, timeout=300):
+    """The run once it is finished: terminal, and, if it failed, with Dagster's retry decision
+    (`dagster/will_retry`) recorded. The instance writes the failure status first and adds that tag in a second
+    write (`handle_new_event`, run retries on, as the shipped dagster.yaml has them): read in between, under load,
+    the tag was missing."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         run = instance.get_run_by_id(run_id)
-        if run.status in TERMINAL:
+        if run.status in TERMINAL and (run.status != dg.DagsterRunStatus.FAILURE or "dagster/will_retry" in run.tags):
             return run
         time.sleep(1)
-    raise TimeoutError(f"run {run_id} still {instance.get_run_by_id(run_id).status}")
+    raise TimeoutError(f"run {run_id} still {instance.get_run_by_id(run_id).status}, tags {instance.get_run_by_id(run_id).tags}")
 
 
 def key(k: int) -> str:
