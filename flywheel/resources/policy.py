@@ -66,8 +66,8 @@ class PolicyResource(dg.ConfigurableResource):
                           'success so far: every task type seen stays in the set), "matched" (k-1\'s new gated '
                           'successes plus as many replayed seed/curriculum trajectories, a random draw) or "none" '
                           '(seeds and curriculum only: the equal-compute control, method sft-control)')
-    # Issue 54: k > 0 continues from k-1 at k=0's rate over a small set (ALFWorld: train loss 0.117 -> 0.06 while
-    # held-out games were lost); a lower k > 0 rate is one of the measured choices.
+    # Issue 54: k > 0 continued from k-1 at k=0's rate over a small set (ALFWorld: train loss 0.117 -> 0.06 while
+    # held-out games were lost); an explicit k > 0 rate, beside the default fraction refine_lr_scale below.
     refine_learning_rate: float | None = setting(
         None, sft0=False, play=False,
         help="the SFT learning rate of every checkpoint k > 0 (null: learning_rate times refine_lr_scale for a "

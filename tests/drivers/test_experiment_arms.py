@@ -202,7 +202,6 @@ def test_control_replicates_differ_by_their_k_above_0_seed_and_share_the_k0():
     check_shares_k0(SimpleNamespace(name="p", arms=arms, arm_sections=lambda arm: arms[arm]), "c1", "a")
 
 
-
 def test_a_committed_start_arm_is_refused_only_for_a_k0_that_changed(tmp_path):
     """An arm that retrains a committed start arm's k=0 compares the configurations that shape that k=0, not
     every field: a default pinned in the preset after the start arm ran (`policy.refine_lr_scale`, the loop)

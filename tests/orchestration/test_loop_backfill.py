@@ -51,7 +51,8 @@ def wait_for(instance, run_id, timeout=300):
         if run.status in TERMINAL and (run.status != dg.DagsterRunStatus.FAILURE or "dagster/will_retry" in run.tags):
             return run
         time.sleep(1)
-    raise TimeoutError(f"run {run_id} still {instance.get_run_by_id(run_id).status}, tags {instance.get_run_by_id(run_id).tags}")
+    run = instance.get_run_by_id(run_id)
+    raise TimeoutError(f"run {run_id} still {run.status}, tags {run.tags}")
 
 
 def key(k: int) -> str:
