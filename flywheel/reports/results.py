@@ -286,6 +286,11 @@ def block_check(records: dict[str, dict[str, Any]], member: str, reference: str,
     return f"same k=0 ({a[:12]})" if a == b else f"**other blocks**: k=0 {a[:12]} vs {b[:12]}"
 
 
+def _unpaired(records: dict[str, dict[str, Any]], side: str, at: int | None) -> str:
+    """Why a claim's side has nothing to pair: not run (its name), or run but not evaluated at its k."""
+    return side if side not in records else f"{side}@{at if at is not None else 'last'} not evaluated"
+
+
 def claims(preset: Preset, records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """The preset's `compare` claims, paired over the same tasks per split and pooled; a claim whose arm heads a
     `replicates` group is reported for each replicate that has run, each paired with its own reference
@@ -299,15 +304,12 @@ def claims(preset: Preset, records: dict[str, dict[str, Any]]) -> list[dict[str,
         evaluated = {m: got for m in members if (got := claim_outcomes(preset, records, m, k)) is not None}
         olds = {m: got for m in evaluated if (got := claim_outcomes(preset, records, pairing[m][0], kref)) is not None}
         news = {m: n for m, n in evaluated.items() if m in olds}
-
-        def unpaired(m: str) -> str:  # why run m has nothing to pair: not run, or a side not evaluated at its k
-            side, at = (m, k) if m not in evaluated else (pairing[m][0], kref)
-            return side if side not in records else f"{side}@{at if at is not None else 'last'} not evaluated"
+        unpaired = {m: _unpaired(records, *((m, k) if m not in evaluated else (pairing[m][0], kref))) for m in members}
         if not news:
             missing = [m for m in members if m not in records] + ([ref] if ref not in records else [])
             rows.append({"arm": arm, "k": k, "reference": ref, "reference_k": kref,
                          "status": "not run yet" if missing else "not evaluated",
-                         "missing": missing or list(dict.fromkeys(unpaired(m) for m in members))})
+                         "missing": missing or list(dict.fromkeys(unpaired.values()))})
             continue
         kk = next(iter(news.values()))[0]
         old_k = next(iter(olds.values()))[0]
@@ -340,7 +342,7 @@ def claims(preset: Preset, records: dict[str, dict[str, Any]]) -> list[dict[str,
             if len(members) > 1:
                 row["pooled"] = hierarchical_difference([(flat(n[1]), flat(olds[m][1])) for m, n in news.items()])
                 row["pooled"]["references"] = sorted({pairing[m][0] for m in news})
-                row["missing"] = [unpaired(m) for m in members if m not in news]
+                row["missing"] = [unpaired[m] for m in members if m not in news]
             rows.append(row)
     return rows
 
