@@ -32,6 +32,13 @@ def promoted_checkpoint(db: Store, benchmark: str, iteration: int) -> dict[str, 
     return promoted_checkpoint(db, benchmark, iteration - 1)
 
 
+def continued_checkpoint(db: Store, benchmark: str, iteration: int, *, steers: bool = True) -> dict[str, Any]:
+    """The checkpoint the loop goes on from after iteration k (rollouts k, SFT k+1): the promoted one
+    (`promoted_checkpoint`) when the gate steers the loop (loop.promotion_steers), else checkpoint k whatever the
+    gate decided: then the gate only selects (the report's @promoted), as for the equal-compute control."""
+    return promoted_checkpoint(db, benchmark, iteration) if steers else checkpoint_for(db, benchmark, iteration)
+
+
 def new_checkpoint_id(benchmark: str, iteration: int) -> str:
     """Unique per training run (time plus random suffix): it names the checkpoint's directory."""
     return f"{benchmark}-k{iteration}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"

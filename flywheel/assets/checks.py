@@ -84,7 +84,7 @@ def check_promotion(context: dg.AssetCheckExecutionContext, envs: EnvResource, p
     new = validation_outcomes(context, db, envs, policy, benchmark, ckpt, tasks)
     old = validation_outcomes(context, db, envs, policy, benchmark, before, tasks)
     rule = non_inferior(new, old, margin=loop.promotion_margin, alpha=loop.promotion_alpha)
-    decision = promotion_row(benchmark, k, ckpt, before, new, old, rule)
+    decision = promotion_row(benchmark, k, ckpt, before, new, old, rule, steers=loop.promotion_steers)
     db.record_promotion(decision)
     context.log.info(f"promotion gate {benchmark}|{k}: {decision['verdict']}")
     return dg.AssetCheckResult(passed=rule["promote"], severity=dg.AssetCheckSeverity.WARN,
@@ -110,8 +110,9 @@ def validation_outcomes(context: dg.AssetCheckExecutionContext, db: Store, envs:
 
 
 def promotion_row(benchmark: str, k: int, ckpt: dict[str, Any], before: dict[str, Any], new: dict[str, bool],
-                  old: dict[str, bool], rule: dict[str, Any]) -> dict[str, Any]:
-    """The store's `promotions` row of the decision on checkpoint k against the promoted `before`."""
+                  old: dict[str, bool], rule: dict[str, Any], *, steers: bool = True) -> dict[str, Any]:
+    """The store's `promotions` row of the decision on checkpoint k against the promoted `before`; `steers`
+    (loop.promotion_steers) false: the verdict says the loop goes on from k whatever it decided."""
     common = set(new) & set(old)
     kept = ckpt if rule["promote"] else before
     row = {"benchmark": benchmark, "iteration": k, "checkpoint_id": ckpt["checkpoint_id"],
@@ -124,7 +125,9 @@ def promotion_row(benchmark: str, k: int, ckpt: dict[str, Any], before: dict[str
     row["verdict"] = (f"{'promoted' if rule['promote'] else 'rejected'} k={k}: validation {promotion_counts(row)} "
                       f"for k={before['iteration']}, paired difference {rule['delta']:+.3f} ({level} "
                       f"{rule['ci_low']:+.3f}) {'above' if rule['promote'] else 'not above'} -{rule['margin']:g}; "
-                      f"the loop goes on from k={kept['iteration']}")
+                      + (f"the loop goes on from k={kept['iteration']}" if steers else
+                         f"k={kept['iteration']} is the promoted checkpoint; the loop goes on from k={k} "
+                         "(loop.promotion_steers: false)"))
     return row
 
 

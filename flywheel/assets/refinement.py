@@ -17,7 +17,7 @@ cut is in the store's `gate_cleaning` table.
 import dagster as dg
 
 from envs.base import Task
-from flywheel.assets._checkpoints import promoted_checkpoint
+from flywheel.assets._checkpoints import continued_checkpoint
 from flywheel.assets._common import metadata_table, progress_logger, rounded
 from flywheel.assets.training import gated_trajectories, sft_checkpoint
 from flywheel.core.cleaning import shortest_per_task
@@ -70,7 +70,7 @@ def rollouts(
     if db.latest_checkpoint(benchmark, k) is None:
         fail_once(context, f"no sft_checkpoint recorded for {benchmark}|{k}: materialize sft_checkpoint {benchmark}|{k} "
                   "first (iteration_job runs it before rollouts)")
-    ckpt = promoted_checkpoint(db, benchmark, k)  # checkpoint k, or the predecessor the promotion gate kept
+    ckpt = continued_checkpoint(db, benchmark, k, steers=loop.promotion_steers)  # k, or the predecessor the gate kept
     spec = envs.spec(benchmark)
     ids = [t.task_id for t in tasks]
     total = policy.samples_per_task * len(tasks)

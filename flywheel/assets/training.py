@@ -23,9 +23,9 @@ import dagster as dg
 
 from flywheel.assets._checkpoints import (
     begin_checkpoint,
+    continued_checkpoint,
     new_checkpoint_id,
     packing_mismatch,
-    promoted_checkpoint,
     reusable_checkpoint,
 )
 from flywheel.assets.curriculum import synthetic_curriculum
@@ -135,7 +135,7 @@ def sft_checkpoint(
                                  replay=policy.replay, drop_invalid_steps=loop.gate_drops_invalid_steps)
     start_model = policy.base_model_path
     if policy.refine_from == "previous" and k > 0:  # continue from checkpoint k-1, or the one the gate kept instead
-        start_model = promoted_checkpoint(db, benchmark, k - 1)["path"]
+        start_model = continued_checkpoint(db, benchmark, k - 1, steers=loop.promotion_steers)["path"]
     spec = envs.spec(benchmark)
     instructions = spec.system_prompt()
     cfg = policy.train_config(k)

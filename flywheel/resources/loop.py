@@ -74,6 +74,11 @@ class LoopResource(dg.ConfigurableResource):
                                    "not worse than the promoted predecessor on the validation tasks "
                                    "(envs.validation_tasks) by more than promotion_margin; else the next iteration "
                                    "goes on from the predecessor")
+    promotion_steers: bool = setting(True, sft0=False, help="true: after a rejection the loop goes on from the "
+                                     "promoted predecessor; false: the gate only selects (the report's @promoted, "
+                                     "the UI's check) and the loop goes on from k whatever the verdict, as the "
+                                     "equal-compute control's checkpoints are chosen by the same rule without "
+                                     "changing what it trains")
     promotion_margin: float = setting(0.1, sft0=False, help="the promotion gate's margin: how much lower a "
                                       "checkpoint's validation success may be than its predecessor's (0.1 = 10 points)",
                                       bound=Bound(0, 1, integer=False, open_lo=True))

@@ -50,7 +50,8 @@ class PlantedPolicy(PolicyResource):
         return Solver(broken=k in self.broken, model_id=checkpoint_id)
 
 
-def test_the_gate_keeps_the_predecessor_over_a_degraded_checkpoint_and_promotes_a_good_one(tmp_path, tiny):
+def run_planted(tmp_path, tiny, instance: dg.DagsterInstance, **loop) -> Store:
+    """K=2 on the test benchmark with k=1's checkpoint degraded; `loop`: LoopResource fields."""
     db_path = tmp_path / "fw.duckdb"
     resources = {
         "store": StoreResource(path=str(db_path)),
@@ -59,12 +60,16 @@ def test_the_gate_keeps_the_predecessor_over_a_degraded_checkpoint_and_promotes_
                                 batch_size=2, history_window=2, samples_per_task=1, parallel_envs=1, broken=[1]),
         "curriculum": CurriculumResource(max_proposals=2),
         # The solver's successes repeat the seeds' paths: the gate admits none, and the loop goes on.
-        "loop": LoopResource(benchmarks=[NAME], iterations=2, continue_on_empty_gate=True),
+        "loop": LoopResource(benchmarks=[NAME], iterations=2, continue_on_empty_gate=True, **loop),
     }
-    instance = dg.DagsterInstance.ephemeral()
     run_flywheel(NAME, resources=resources, iterations=2, instance=instance, benchmark_refs=REFS)
+    return Store(db_path)
 
-    db = Store(db_path)
+
+def test_the_gate_keeps_the_predecessor_over_a_degraded_checkpoint_and_promotes_a_good_one(tmp_path, tiny):
+    instance = dg.DagsterInstance.ephemeral()
+    db = run_planted(tmp_path, tiny, instance)
+    db_path = tmp_path / "fw.duckdb"
     ckpts = {r["iteration"]: r for r in db.checkpoint_rows(NAME)}
     decisions = {r["iteration"]: r for r in db.promotions(NAME)}
     assert [decisions[k]["promoted"] for k in (0, 1, 2)] == [True, False, True]
@@ -118,6 +123,24 @@ def test_the_gate_keeps_the_predecessor_over_a_degraded_checkpoint_and_promotes_
     assert synthetic and not layouts & {(tuple(json.loads(r["meta"])["keys"]), json.loads(r["meta"])["door"])
                                         for r in db.query("SELECT meta FROM tasks WHERE task_id LIKE 'syn-%'")
                                         .iter_rows(named=True)}
+
+
+def test_a_gate_that_only_selects_decides_the_same_but_the_loop_goes_on_from_k(tmp_path, tiny):
+    """loop.promotion_steers: false (the equal-compute control's gate): the same decisions and the same promoted
+    checkpoint for the report, but rollouts k=1 are played by the rejected k=1 and SFT k=2 continues from it."""
+    db = run_planted(tmp_path, tiny, dg.DagsterInstance.ephemeral(), promotion_steers=False)
+    ckpts = {r["iteration"]: r for r in db.checkpoint_rows(NAME)}
+    decisions = {r["iteration"]: r for r in db.promotions(NAME)}
+    assert [decisions[k]["promoted"] for k in (0, 1, 2)] == [True, False, True]
+    assert decisions[1]["promoted_id"] == ckpts[0]["checkpoint_id"]
+    assert "k=0 is the promoted checkpoint; the loop goes on from k=1" in decisions[1]["verdict"]
+    assert decisions[2]["predecessor_id"] == ckpts[0]["checkpoint_id"]  # k=2 is judged against the promoted k=0
+    rollouts = db.load_trajectories(benchmark=NAME, iteration=1, source="policy", split="train")
+    assert rollouts and all(t.model_id == ckpts[1]["checkpoint_id"] for t in rollouts)
+    assert not any(t.success for t in rollouts)  # the degraded k=1 played them
+    assert json.loads(ckpts[2]["lineage"])["base_model"] == ckpts[1]["path"]
+    res = arm_results(Store.reader(tmp_path / "fw.duckdb"), NAME, 2, {}, ("seen", "unseen"))
+    assert res["per_k"][2]["promotion"]["kept_k"] == 2 and res["per_k"][1]["promotion"]["kept_k"] == 0
 
 
 def test_the_gate_off_promotes_every_checkpoint_with_the_reason(tmp_path):
