@@ -26,7 +26,7 @@ from typing import Any
 
 import dagster as dg
 
-from flywheel.assets._checkpoints import promoted_checkpoint
+from flywheel.assets._checkpoints import continued_checkpoint, promoted_checkpoint
 from flywheel.assets.checks import VALIDATION
 from flywheel.config.presets import Preset, arm_config, arm_order, arm_resources
 from flywheel.core.provenance import (
@@ -371,8 +371,9 @@ def share_k0_episodes(preset: Preset, arm: str, arm_dir: Path, store: Store, sta
     ckpt = store.latest_checkpoint(preset.benchmark, 0)
     if ckpt is None or "imported_from_arm" not in lineage_of(ckpt):
         return {}
+    steers = preset.arm_sections(arm).get("loop", {}).get("promotion_steers", True)  # false: k plays, kept or not
     if k and (store.latest_checkpoint(preset.benchmark, k) is None
-              or promoted_checkpoint(store, preset.benchmark, k)["checkpoint_id"] != ckpt["checkpoint_id"]):
+              or continued_checkpoint(store, preset.benchmark, k, steers=steers)["checkpoint_id"] != ckpt["checkpoint_id"]):
         return {}
     splits = ["train"] if k else [VALIDATION] + (["train"] if "rollouts:0" in stages else [])
     copied = {}

@@ -49,7 +49,8 @@ def test_arms_from_one_k0_take_each_others_k0_episodes_in_one_runs_folder(tmp_pa
     spec = {**TWO_ARMS, "name": "siblings", "compare": [], "replicates": {}, "arms": {
         "a": {},
         "b": {"loop": {"clean_successes": False}, "method": {"start_from": "a", "evaluate_start": False}},
-        "c": {"policy": {"refine_learning_rate": 1e-4}, "method": {"start_from": "a", "evaluate_start": False}}}}
+        "c": {"policy": {"refine_learning_rate": 1e-4}, "method": {"start_from": "a", "evaluate_start": False}},
+        "d": {"loop": {"promotion_steers": False}, "method": {"start_from": "a", "evaluate_start": False}}}}
     preset = tmp_path / "siblings.yaml"
     preset.write_text(yaml.safe_dump(spec))
     runs, results = tmp_path / "runs", tmp_path / "results"
@@ -78,7 +79,7 @@ def test_arms_from_one_k0_take_each_others_k0_episodes_in_one_runs_folder(tmp_pa
 def test_an_arm_whose_gate_kept_k0_takes_a_siblings_k0_rollouts_of_that_k(tmp_path):
     """rollouts:k (k > 0) of an arm whose promotion gate rejected checkpoint k are played by k=0: a sibling whose
     gate kept k=0 too played the same episodes, so the arm takes them (only k=0's, only iteration k, only train);
-    once its gate promotes k, k's own checkpoint plays and nothing is taken."""
+    once its gate promotes k, k's own checkpoint plays and nothing is taken; nor where the gate only selects."""
     from flywheel.config.presets import arm_config, load_preset
     from flywheel.drivers.experiment import k0_plays_at, share_k0_episodes
     from tests.fakes import make_traj
@@ -86,7 +87,8 @@ def test_an_arm_whose_gate_kept_k0_takes_a_siblings_k0_rollouts_of_that_k(tmp_pa
     spec = {**TWO_ARMS, "name": "kept", "compare": [], "replicates": {}, "arms": {
         "a": {},
         "b": {"loop": {"clean_successes": False}, "method": {"start_from": "a", "evaluate_start": False}},
-        "c": {"policy": {"refine_learning_rate": 1e-4}, "method": {"start_from": "a", "evaluate_start": False}}}}
+        "c": {"policy": {"refine_learning_rate": 1e-4}, "method": {"start_from": "a", "evaluate_start": False}},
+        "d": {"loop": {"promotion_steers": False}, "method": {"start_from": "a", "evaluate_start": False}}}}
     (tmp_path / "kept.yaml").write_text(yaml.safe_dump(spec))
     preset = load_preset(str(tmp_path / "kept.yaml"))
     k0, bench = "b-k0@a", preset.benchmark
@@ -123,3 +125,8 @@ def test_an_arm_whose_gate_kept_k0_takes_a_siblings_k0_rollouts_of_that_k(tmp_pa
                         "promoted_id": "c-k1"})  # k=1 promoted: rollouts:1 are k=1's own to play
     assert share_k0_episodes(preset, "c", tmp_path / "c", c, stages, 1) == {}
     assert c.trajectory_table(benchmark=bench, iteration=1).is_empty()
+
+    # A gate that only selects (loop.promotion_steers: false): rollouts k are k's own to play, rejected or not.
+    d = arm_store("d", "d-k1", promoted=False)
+    assert share_k0_episodes(preset, "d", tmp_path / "d", d, stages, 1) == {}
+    assert d.trajectory_table(benchmark=bench, iteration=1).is_empty()
