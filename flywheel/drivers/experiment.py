@@ -169,7 +169,8 @@ def run_arm(
         stage_jobs = jobs
         extra: dict[str, Any] = {}
         if source and (at := k0_plays_at(stage)) is not None and (
-                shared := share_k0_episodes(preset, arm, arm_dir, store, [s for s, _, _ in stages], at)):
+                shared := share_k0_episodes(preset, arm, arm_dir, store, [s for s, _, _ in stages], at,
+                                            steers=resources["loop"].promotion_steers)):
             extra["shared_episodes"] = shared  # k=0's rollouts and validation games, played by these arms
         if stage.startswith("sft:") and k and controls:  # the same steps as arm `controls` trained at k
             extra["matched_steps_of"], extra["steps"] = controls, controlled_steps(preset, arm, controls, k,
@@ -361,17 +362,17 @@ def episode_siblings(preset: Preset, arm: str) -> list[str]:
 
 
 def share_k0_episodes(preset: Preset, arm: str, arm_dir: Path, store: Store, stages: list[str],
-                      k: int = 0) -> dict[str, int]:
+                      k: int = 0, *, steers: bool = True) -> dict[str, int]:
     """Copy into `store` the k=0 checkpoint's episodes that `episode_siblings` in this runs folder have played and
     this arm has not, of the kinds this arm's `stages` play (the promotion gate's validation games; rollouts if
     it rolls out); returns how many came from each. Only where this arm took its k=0 from its start arm here
     (the same checkpoint id, the same weights). With k > 0: the rollouts of iteration k, where the promotion gate
-    kept k=0 through k here (the loop goes on from k=0) and a sibling's k=0 played them too. What the arm's plan
+    kept k=0 through k here (the loop goes on from k=0; not when it only selects, `steers` false: the arm's
+    loop.promotion_steers) and a sibling's k=0 played them too. What the arm's plan
     does not ask for (another allocation) is dropped by the stage's own resume plan (plan_resume)."""
     ckpt = store.latest_checkpoint(preset.benchmark, 0)
     if ckpt is None or "imported_from_arm" not in lineage_of(ckpt):
         return {}
-    steers = preset.arm_sections(arm).get("loop", {}).get("promotion_steers", True)  # false: k plays, kept or not
     if k and (store.latest_checkpoint(preset.benchmark, k) is None
               or continued_checkpoint(store, preset.benchmark, k, steers=steers)["checkpoint_id"] != ckpt["checkpoint_id"]):
         return {}

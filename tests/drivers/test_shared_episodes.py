@@ -128,5 +128,5 @@ def test_an_arm_whose_gate_kept_k0_takes_a_siblings_k0_rollouts_of_that_k(tmp_pa
 
     # A gate that only selects (loop.promotion_steers: false): rollouts k are k's own to play, rejected or not.
     d = arm_store("d", "d-k1", promoted=False)
-    assert share_k0_episodes(preset, "d", tmp_path / "d", d, stages, 1) == {}
+    assert share_k0_episodes(preset, "d", tmp_path / "d", d, stages, 1, steers=False) == {}
     assert d.trajectory_table(benchmark=bench, iteration=1).is_empty()
