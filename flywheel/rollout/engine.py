@@ -56,7 +56,7 @@ class RolloutConfig:
                                   play=False,
                                   bound=Bound(0, 100))
     seed: int = option(0, help="the rollouts' sampling seed (policy.rollout_seed, else policy.seed)", sft0=False,
-                       bound=Bound(0, 2**32 - 1))
+                       greedy=False, bound=Bound(0, 2**32 - 1))
     backend: Literal["local", "ray"] = option("local", help='where env slots live: "local" (this process) or "ray" '
                                                             '(Ray actors; flywheel.rollout.ray_pool)', sft0=False,
                                        play=False)

@@ -1,5 +1,6 @@
 """Arms that start from one k=0 share its episodes (`flywheel.drivers.experiment.share_k0_episodes`): which
-arms may (`episode_siblings`, from the fields' `play` declarations), and the copy through a real run."""
+arms may (`episode_siblings`, from the fields' `play` and `greedy` declarations), and the copy through a real
+run."""
 
 import dataclasses
 import json
@@ -8,14 +9,15 @@ from types import SimpleNamespace
 import yaml
 
 from flywheel.core.store import Store
-from flywheel.drivers.experiment import NOT_IN_PLAY, episode_siblings
+from flywheel.drivers.experiment import NOT_IN_GREEDY_PLAY, NOT_IN_PLAY, episode_siblings
 from tests.helpers import TWO_ARMS, experiment_process
 
 
 def test_arms_sharing_a_k0_share_its_episodes_unless_they_change_how_an_episode_plays():
     """`episode_siblings`: arms that start from the same arm and differ only in fields declared play=False (how
     k > 0 trains, how many episodes a task gets) or outside envs and policy (the loop) take each other's k=0
-    episodes; a replicate (its own rollout_seed) or an arm that samples otherwise does not."""
+    episodes; a replicate (its own rollout_seed) or an arm that samples otherwise does not, except the greedy
+    ones (validation games at eval_temperature 0), which only fields declared greedy=False may differ for."""
     start = {"policy": {"max_train_steps": -1}}
     arms = {
         "k0": {"policy": {"max_train_steps": -1}},
@@ -28,17 +30,29 @@ def test_arms_sharing_a_k0_share_its_episodes_unless_they_change_how_an_episode_
         "bpo-r2": {"policy": {"max_train_steps": -1, "rollout_seed": 2}, "method": {"name": "bpo", "start_from": "k0"}},
         "greedier": {"policy": {"max_train_steps": -1, "temperature": 0.3}, "method": {"start_from": "k0"}},
         "elsewhere": {**start, "method": {"start_from": "bpo-stage2"}},
+        "shorter": {"policy": {"max_train_steps": -1, "rollout_seed": 3, "max_new_tokens": 64},
+                    "method": {"start_from": "k0"}},
+        "sampled-eval": {"policy": {"max_train_steps": -1, "eval_temperature": 0.5}, "method": {"start_from": "k0"}},
     }
     preset = SimpleNamespace(arms=arms, arm_sections=lambda arm: arms[arm])
     assert episode_siblings(preset, "no-cleaning") == ["bpo", "slow", "control"]
     assert episode_siblings(preset, "bpo") == ["no-cleaning", "slow", "control"]
     assert episode_siblings(preset, "bpo-r2") == episode_siblings(preset, "greedier") == []
     assert episode_siblings(preset, "k0") == [] and episode_siblings(preset, "elsewhere") == []
-    # what changes an episode is never declared play=False
+    # Greedy episodes (the validation games, eval_temperature 0): a replicate and an arm that samples its rollouts
+    # otherwise play them as the others do; not an arm that plays them otherwise (max_new_tokens) or samples them.
+    assert episode_siblings(preset, "bpo-r2", greedy=True) == ["bpo", "no-cleaning", "slow", "control", "greedier"]
+    assert episode_siblings(preset, "shorter", greedy=True) == []
+    assert "sampled-eval" not in episode_siblings(preset, "bpo", greedy=True)
+    assert episode_siblings(preset, "sampled-eval", greedy=True) == []
+    assert episode_siblings(preset, "sampled-eval") == []  # its eval_temperature plays the validation games
+    # what changes an episode is never declared play=False; what changes a greedy one never greedy=False
     for field in ("temperature", "eval_temperature", "max_new_tokens", "rollout_seed", "stop_on_loop",
                   "history_window", "max_observation_chars", "max_model_len", "vllm_dtype"):
         assert field not in NOT_IN_PLAY["policy"]
+        assert (field in NOT_IN_GREEDY_PLAY["policy"]) == (field in ("temperature", "rollout_seed"))
     assert "max_steps" not in NOT_IN_PLAY["envs"] and "spec_options" not in NOT_IN_PLAY["envs"]
+    assert set(NOT_IN_GREEDY_PLAY["envs"]) == set(NOT_IN_PLAY["envs"])
 
 
 def test_arms_from_one_k0_take_each_others_k0_episodes_in_one_runs_folder(tmp_path):
@@ -88,7 +102,8 @@ def test_an_arm_whose_gate_kept_k0_takes_a_siblings_k0_rollouts_of_that_k(tmp_pa
         "a": {},
         "b": {"loop": {"clean_successes": False}, "method": {"start_from": "a", "evaluate_start": False}},
         "c": {"policy": {"refine_learning_rate": 1e-4}, "method": {"start_from": "a", "evaluate_start": False}},
-        "d": {"loop": {"promotion_steers": False}, "method": {"start_from": "a", "evaluate_start": False}}}}
+        "d": {"loop": {"promotion_steers": False}, "method": {"start_from": "a", "evaluate_start": False}},
+        "e": {"policy": {"rollout_seed": 5}, "method": {"start_from": "a", "evaluate_start": False}}}}
     (tmp_path / "kept.yaml").write_text(yaml.safe_dump(spec))
     preset = load_preset(str(tmp_path / "kept.yaml"))
     k0, bench = "b-k0@a", preset.benchmark
@@ -130,3 +145,13 @@ def test_an_arm_whose_gate_kept_k0_takes_a_siblings_k0_rollouts_of_that_k(tmp_pa
     d = arm_store("d", "d-k1", promoted=False)
     assert share_k0_episodes(preset, "d", tmp_path / "d", d, stages, 1, steers=False) == {}
     assert d.trajectory_table(benchmark=bench, iteration=1).is_empty()
+
+    # A replicate (its own rollout_seed) takes k=0's validation games (greedy: the same weights play them the
+    # same), never its rollouts, at k=0 or later.
+    b.write_trajectories([episode("v1", 0, 0, k0, "validation"), episode("v2", 0, 0, k0, "validation")])
+    e = arm_store("e", "e-k1", promoted=False)
+    assert share_k0_episodes(preset, "e", tmp_path / "e", e, stages, 0) == {"b": 2}
+    got = e.trajectory_table(benchmark=bench, source="policy")
+    assert sorted((r["task_id"], r["iteration"], r["split"]) for r in got.iter_rows(named=True)) == [
+        ("v1", 0, "validation"), ("v2", 0, "validation")]
+    assert share_k0_episodes(preset, "e", tmp_path / "e", e, stages, 1) == {}
