@@ -312,6 +312,7 @@ def render_design(results: dict[str, Any], preset: Preset) -> list[str]:
         return []
     names = {"evaluation": "evaluation of identical weights (the same k=0 sha256, evaluated twice)",
              "rollouts": "rollout sampling (replicate runs from the same k=0 weights)",
+             "sft_order": "k > 0 SFT order (replicates of a method that samples nothing, the same k=0 weights)",
              "k0_training": "k=0 training (one recipe trained twice: other weights)"}
     rows = []
     for kind, c in des["components"].items():

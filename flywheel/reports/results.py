@@ -375,13 +375,15 @@ def at_k(record: dict[str, Any], k: int) -> dict[str, bool]:
 def variance_pairs(preset: Preset, records: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """The committed pairs of evaluations that measure one source of variance each (success, every split):
     - evaluation: one set of k=0 weights (the same sha256) evaluated twice, by two arms;
-    - rollouts: two replicate runs from the same k=0 weights at each k > 0 both evaluated (the rollouts' samples
-      and what follows from them);
+    - rollouts: two replicate runs of a method that samples rollouts, from the same k=0 weights, at each k > 0
+      both evaluated (the rollouts' samples, their own k > 0 SFT seeds and what follows from them);
+    - sft_order: the same for a method that samples nothing (the equal-compute control): replicates that differ
+      only in their k > 0 SFT seed (policy.refine_seed: data order), the control's own run-to-run variance;
     - k0_training: one k=0 recipe trained twice into other weights (the same examples' sha256, a recorded
       `k0_drift`, or the same configuration's fingerprint), both evaluated."""
     prov = {a: r.get("provenance") or {} for a, r in records.items()}
     k0s = {a: o for a, r in records.items() if (o := own_k0(r)) is not None}
-    out: dict[str, list[dict[str, Any]]] = {"evaluation": [], "rollouts": [], "k0_training": []}
+    out: dict[str, list[dict[str, Any]]] = {"evaluation": [], "rollouts": [], "sft_order": [], "k0_training": []}
     seen: set[tuple[str, ...]] = set()
     names = [a for a in preset.arms if a in k0s]
     for i, a in enumerate(names):
@@ -397,7 +399,8 @@ def variance_pairs(preset: Preset, records: dict[str, dict[str, Any]]) -> dict[s
             if kind and (kind == "evaluation" or key not in seen):
                 seen.add(key)
                 out[kind].append({"arms": [a, b], "k": 0, **discordance(k0s[a], k0s[b])})
-    for members in preset.replicates.values():
+    for head, members in preset.replicates.items():
+        kind = "rollouts" if METHODS[preset.method(head)].samples else "sft_order"
         runs = [m for m in members if m in records]
         for i, a in enumerate(runs):
             for b in runs[i + 1:]:
@@ -406,17 +409,21 @@ def variance_pairs(preset: Preset, records: dict[str, dict[str, Any]]) -> dict[s
                 seen.add((a, b))
                 for k in range(1, preset.iterations + 1):
                     if (ya := at_k(records[a], k)) and (yb := at_k(records[b], k)):
-                        out["rollouts"].append({"arms": [a, b], "k": k, **discordance(ya, yb)})
+                        out[kind].append({"arms": [a, b], "k": k, **discordance(ya, yb)})
     return out
 
 
-def run_source(preset: Preset, arm: str, k: int, shares_k0: bool) -> str:
-    """Which component moves `arm`'s run at k: its rollouts (k > 0 of a method that samples), its k=0 training
-    (a k=0 not shared with the other side), else evaluation alone (the same weights, or deterministic SFT from
-    them: on one machine a k=0 retrained from the same examples is the same weights bit for bit)."""
+def run_source(preset: Preset, arm: str, k: int, shares_k0: bool, sft_order: bool = False) -> str:
+    """Which component moves `arm`'s run at k: its rollouts (k > 0 of a method that samples), its k > 0 SFT
+    order (k > 0 of a method that trains without sampling, where `sft_order` replicates measured it: another
+    refine_seed is another run), its k=0 training (a k=0 not shared with the other side), else evaluation alone
+    (the same weights, or deterministic SFT from them: on one machine a k=0 retrained from the same examples is
+    the same weights bit for bit, and a control without replicates is one seed's training)."""
     method = METHODS[preset.method(arm)]
     if k > 0 and method.samples:
         return "rollouts"
+    if k > 0 and method.trains and sft_order:
+        return "sft_order"
     return "evaluation" if shares_k0 or k > 0 or not method.trains else "k0_training"
 
 
@@ -442,7 +449,9 @@ def design(preset: Preset, records: dict[str, dict[str, Any]], rows: list[dict[s
         v = sum(d["gained"] + d["lost"] - (d["gained"] - d["lost"]) ** 2 / d["n"] for d in per) / sum(d["n"] for d in per)
         head = row["arm"]
         shares = any(d["pairing"] != "as stated" for d in per)
-        sources = [run_source(preset, head, row["k"], shares), run_source(preset, row["reference"], row["reference_k"] or 0, shares)]
+        order = bool(pairs["sft_order"])
+        sources = [run_source(preset, head, row["k"], shares, order),
+                   run_source(preset, row["reference"], row["reference_k"] or 0, shares, order)]
         parts = [comp[src]["var"] for src in sources]
         sd_components = math.sqrt(sum(parts) + v / n) if None not in parts and n else None
         sd_spread = (row.get("pooled") or {}).get("sd")

@@ -63,6 +63,31 @@ def test_the_design_states_each_claims_power_and_says_underpowered():
     assert row["verdict"] == "underpowered" and row["power"]["power"] < 0.2
 
 
+def test_the_controls_own_replicates_put_its_run_to_run_variance_in_the_power():
+    """cpu-powered-scienceworld's first three pairs: the controls (no rollouts; each its own refine_seed) differ
+    run to run (k=1 37, 46, 45; k=2 38, 47, 44), so their replicate pairs measure a component of their own
+    (sft_order), not evaluation noise. With it, the claim against the control's gate-chosen checkpoint, whose
+    three runs happen to agree (-3, +0, -2: sd 1.5), is underpowered at three runs rather than powered."""
+    preset, records = _committed("cpu-powered-scienceworld", ["bpo-r1@promoted vs sft-control-r1@2",
+                                                              "bpo-r1@promoted vs sft-control-r1@promoted"])
+    first = {"bpo-stage2", *(f"{m}-r{i}" for m in ("bpo", "sft-control") for i in (1, 2, 3))}
+    records = {a: r for a, r in records.items() if a in first}
+    rows = claims(preset, records)
+    des = design(preset, records, rows)
+    order = des["components"]["sft_order"]["pairs"]
+    assert {tuple(p["arms"]) for p in order} == {("sft-control-r1", "sft-control-r2"), ("sft-control-r1", "sft-control-r3"),
+                                                 ("sft-control-r2", "sft-control-r3")}
+    assert {p["k"] for p in order} == {1, 2}
+    assert all(p["arms"][0].startswith("bpo") for p in des["components"]["rollouts"]["pairs"])
+    for row in (r for r in rows if r["split"] == "all"):
+        power = row["power"]
+        assert power["sources"] == ["rollouts", "sft_order"] and power["runs"] == 3
+        assert power["sd"] == max(power["sd_components"], power["sd_spread"])
+        assert row["verdict"] == "underpowered" and power["power"] < 0.3
+    second = next(r for r in rows if r["split"] == "all" and r["reference_k"] != 2)
+    assert round(100 * second["power"]["sd_spread"], 1) == 1.5 and second["power"]["sd_components"] > 0.05
+
+
 def test_arms_whose_commit_is_not_in_history_are_marked():
     head = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     got = commits_in_history([head, "0" * 40])
