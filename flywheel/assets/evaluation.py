@@ -7,6 +7,7 @@ written to `eval_buckets` and shown in the metadata; gold lengths are cached in
 """
 
 
+import dataclasses
 import hashlib
 
 import dagster as dg
@@ -15,6 +16,7 @@ from flywheel.assets._checkpoints import checkpoint_for
 from flywheel.assets._common import metadata_table, progress_logger, rounded
 from flywheel.assets.training import sft_checkpoint
 from flywheel.core.metrics import summarize
+from flywheel.core.options import option_default
 from flywheel.curriculum.buckets import success_by_bucket
 from flywheel.curriculum.gold import gold_lengths
 from flywheel.curriculum.tables import write_eval_buckets
@@ -99,7 +101,13 @@ def rate_entries(rows: list[dict], bucket_rows: list[dict]) -> dict[str, float |
 
 def eval_tag(checkpoint_id: str, cfg: object) -> str:
     """What an evaluation episode's `model_id` records: the checkpoint, and a hash of the settings it was played
-    with (a re-evaluation with other settings replays every task instead of keeping these)."""
+    with (a re-evaluation with other settings replays every task instead of keeping these). A greedy one
+    (temperature 0) is hashed with the fields that act only through sampling (declared `greedy=False`: the
+    seed) at their defaults: replicates that differ only in their rollouts' seed play the same greedy episodes
+    and keep each other's (flywheel.drivers.experiment.share_k0_episodes)."""
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type) and getattr(cfg, "temperature", None) == 0:
+        cfg = dataclasses.replace(cfg, **{f.name: option_default(f) for f in dataclasses.fields(cfg)
+                                          if f.metadata.get("greedy") is False})
     return f"{checkpoint_id}#{hashlib.sha256(repr(cfg).encode()).hexdigest()[:8]}"
 
 

@@ -28,6 +28,7 @@ import dagster as dg
 
 from flywheel.assets._checkpoints import continued_checkpoint, promoted_checkpoint
 from flywheel.assets.checks import VALIDATION
+from flywheel.assets.evaluation import eval_tag
 from flywheel.config.presets import Preset, arm_config, arm_order, arm_resources
 from flywheel.core.provenance import (
     arm_file,
@@ -171,7 +172,9 @@ def run_arm(
         extra: dict[str, Any] = {}
         if source and (at := k0_plays_at(stage)) is not None and (
                 shared := share_k0_episodes(preset, arm, arm_dir, store, [s for s, _, _ in stages], at,
-                                            steers=resources["loop"].promotion_steers)):
+                                            steers=resources["loop"].promotion_steers,
+                                            greedy_settings=resources["policy"].rollout_config(
+                                                evaluation=True, max_steps=resources["envs"].max_steps))):
             extra["shared_episodes"] = shared  # k=0's rollouts and validation games, played by these arms
         if stage.startswith("sft:") and k and controls:  # the same steps as arm `controls` trained at k
             extra["matched_steps_of"], extra["steps"] = controls, controlled_steps(preset, arm, controls, k,
@@ -376,14 +379,16 @@ def episode_siblings(preset: Preset, arm: str, *, greedy: bool = False) -> list[
 
 
 def share_k0_episodes(preset: Preset, arm: str, arm_dir: Path, store: Store, stages: list[str],
-                      k: int = 0, *, steers: bool = True) -> dict[str, int]:
+                      k: int = 0, *, steers: bool = True, greedy_settings: object = None) -> dict[str, int]:
     """Copy into `store` the k=0 checkpoint's episodes that `episode_siblings` in this runs folder have played and
     this arm has not, of the kinds this arm's `stages` play (the promotion gate's validation games, from the
     greedy siblings; rollouts if it rolls out); returns how many came from each. Only where this arm took its
     k=0 from its start arm here (the same checkpoint id, the same weights). With k > 0: the rollouts of
     iteration k, where the promotion gate kept k=0 through k here (the loop goes on from k=0; not when it only
     selects, `steers` false: the arm's loop.promotion_steers) and a sibling's k=0 played them too. What the
-    arm's plan does not ask for (another allocation) is dropped by the stage's own resume plan (plan_resume)."""
+    arm's plan does not ask for (another allocation) is dropped by the stage's own resume plan (plan_resume).
+    `greedy_settings` (the arm's evaluation RolloutConfig): validation games only under the tag this arm's gate
+    keeps (`eval_tag`), so a replicate takes them from whichever sibling played them so."""
     ckpt = store.latest_checkpoint(preset.benchmark, 0)
     if ckpt is None or "imported_from_arm" not in lineage_of(ckpt):
         return {}
@@ -395,14 +400,17 @@ def share_k0_episodes(preset: Preset, arm: str, arm_dir: Path, store: Store, sta
     splits_of = {other: (rollouts if other in sampled else []) + ([] if k else [VALIDATION])
                  for other in preset.arms if other in sampled or other in greedy}
     copied = {}
+    tag = eval_tag(ckpt["checkpoint_id"], greedy_settings) if greedy_settings is not None else None
     for other, splits in splits_of.items():
         db, saved = arm_dir.parent / other / "flywheel.duckdb", arm_dir.parent / other / "config.json"
         if not (splits and db.exists() and saved.exists()):
             continue
         if json.loads(saved.read_text())["sections"] != arm_config(preset, other, "")["sections"]:
             continue  # run under an older configuration than the preset names now: other episodes
-        if n := store.copy_episodes(Store(db, read_only=True), benchmark=preset.benchmark, iteration=k,
-                                    checkpoint_id=ckpt["checkpoint_id"], splits=splits):
+        src, kw = Store(db, read_only=True), {"benchmark": preset.benchmark, "iteration": k,
+                                              "checkpoint_id": ckpt["checkpoint_id"]}
+        n = sum(store.copy_episodes(src, **kw, splits=[s], tag=tag if s == VALIDATION else None) for s in splits)
+        if n:
             copied[other] = n
     return copied
 

@@ -147,11 +147,33 @@ def test_an_arm_whose_gate_kept_k0_takes_a_siblings_k0_rollouts_of_that_k(tmp_pa
     assert d.trajectory_table(benchmark=bench, iteration=1).is_empty()
 
     # A replicate (its own rollout_seed) takes k=0's validation games (greedy: the same weights play them the
-    # same), never its rollouts, at k=0 or later.
-    b.write_trajectories([episode("v1", 0, 0, k0, "validation"), episode("v2", 0, 0, k0, "validation")])
+    # same), never its rollouts, at k=0 or later; only those played under the settings its own gate keeps.
+    from flywheel.assets.evaluation import eval_tag
+    from flywheel.rollout.engine import RolloutConfig
+
+    greedy = RolloutConfig(temperature=0.0, seed=5)
+    b.write_trajectories([episode("v1", 0, 0, eval_tag(k0, RolloutConfig(temperature=0.0)), "validation"),
+                          episode("v2", 0, 0, eval_tag(k0, RolloutConfig(temperature=0.0, max_steps=3)), "validation"),
+                          episode("v3", 0, 0, k0, "validation")])
     e = arm_store("e", "e-k1", promoted=False)
-    assert share_k0_episodes(preset, "e", tmp_path / "e", e, stages, 0) == {"b": 2}
+    assert share_k0_episodes(preset, "e", tmp_path / "e", e, stages, 0, greedy_settings=greedy) == {"b": 1}
     got = e.trajectory_table(benchmark=bench, source="policy")
-    assert sorted((r["task_id"], r["iteration"], r["split"]) for r in got.iter_rows(named=True)) == [
-        ("v1", 0, "validation"), ("v2", 0, "validation")]
-    assert share_k0_episodes(preset, "e", tmp_path / "e", e, stages, 1) == {}
+    assert [(r["task_id"], r["iteration"], r["split"], r["model_id"]) for r in got.iter_rows(named=True)] == [
+        ("v1", 0, "validation", eval_tag(k0, greedy))]
+    assert share_k0_episodes(preset, "e", tmp_path / "e", e, stages, 1, greedy_settings=greedy) == {}
+
+
+def test_a_greedy_evaluations_tag_leaves_out_the_rollouts_seed():
+    """`eval_tag`: at temperature 0 the seed (declared greedy=False) does not enter the settings hash, so a
+    replicate keeps greedy episodes its siblings played; a seed-0 tag is what it always was; at a temperature
+    above 0 the seed is part of the settings."""
+    import hashlib
+
+    from flywheel.assets.evaluation import eval_tag
+    from flywheel.rollout.engine import RolloutConfig
+
+    zero = RolloutConfig(temperature=0.0)
+    assert eval_tag("c", RolloutConfig(temperature=0.0, seed=4)) == eval_tag("c", zero)
+    assert eval_tag("c", zero) == f"c#{hashlib.sha256(repr(zero).encode()).hexdigest()[:8]}"
+    assert eval_tag("c", RolloutConfig(temperature=0.0, max_new_tokens=64)) != eval_tag("c", zero)
+    assert eval_tag("c", RolloutConfig(temperature=0.5, seed=4)) != eval_tag("c", RolloutConfig(temperature=0.5))

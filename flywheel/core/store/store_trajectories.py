@@ -107,18 +107,19 @@ class TrajectoryTables(StoreConnection):
         return len(trajs)
 
     def copy_episodes(self, src: TrajectoryTables, *, benchmark: str, iteration: int, checkpoint_id: str,
-                      splits: Sequence[str]) -> int:
+                      splits: Sequence[str], tag: str | None = None) -> int:
         """Copy `src`'s finished policy episodes of checkpoint `checkpoint_id` at `iteration` (under whatever
-        settings tag: `id` or `id#hash`) in `splits` whose (split, task, sample) this store lacks; returns how
-        many. Only for stores whose checkpoint `checkpoint_id` is the same weights (arms sharing a k=0
-        checkpoint): each copied episode keeps its tag, so a partition played under other settings still
-        replays it (plan_resume)."""
+        settings tag: `id` or `id#hash`; only `tag` where given) in `splits` whose (split, task, sample) this
+        store lacks; returns how many. Only for stores whose checkpoint `checkpoint_id` is the same weights
+        (arms sharing a k=0 checkpoint): each copied episode keeps its tag, so a partition played under other
+        settings still replays it (plan_resume)."""
         scope = "benchmark = ? AND iteration = ? AND source = 'policy'"
         here = self.query(f"SELECT split, task_id, sample FROM trajectories WHERE {scope}", [benchmark, iteration])
         mine = {(r["split"], r["task_id"], r["sample"]) for r in here.iter_rows(named=True)}
+        played_by = "model_id = ?" if tag else "(model_id = ? OR starts_with(model_id, ?))"
         theirs = src.query(f"SELECT traj_id, split, task_id, sample FROM trajectories WHERE {scope} AND status = 'ok' "
-                           "AND (model_id = ? OR starts_with(model_id, ?)) AND split IN (SELECT unnest(?))",
-                           [benchmark, iteration, checkpoint_id, f"{checkpoint_id}#", list(splits)])
+                           f"AND {played_by} AND split IN (SELECT unnest(?))",
+                           [benchmark, iteration, *([tag] if tag else [checkpoint_id, f"{checkpoint_id}#"]), list(splits)])
         wanted = [r["traj_id"] for r in theirs.iter_rows(named=True)
                   if (r["split"], r["task_id"], r["sample"]) not in mine]
         return self.write_trajectories(src.load_trajectories(wanted)) if wanted else 0
