@@ -433,8 +433,8 @@ def design(preset: Preset, records: dict[str, dict[str, Any]], rows: list[dict[s
     many it plans). A claim's per-run difference D has variance s_new^2 + s_ref^2 + v / n: each side's between-run
     variance (`run_variance` of the pairs that measure its source, `run_source`) plus the task sample's part
     (v: the mean per-task variance of the claim's per-run paired differences, n tasks). The spread of the
-    claim's own per-run differences is a second estimate (R - 1 degrees of freedom); the larger of the two is
-    used. A one-run claim also gets delta +- 1.96 sd (`with_run_variance`: its interval with the run-to-run
+    claim's own per-run differences (R - 1 degrees of freedom) plus v / n, which the spread of runs over the
+    same tasks leaves out, is a second estimate; the larger of the two is used. A one-run claim also gets delta +- 1.96 sd (`with_run_variance`: its interval with the run-to-run
     variance put back), and excludes 0 only when that does too. A verdict that does not exclude 0 is
     "underpowered" when the power is under 80%."""
     pairs = variance_pairs(preset, records)
@@ -455,7 +455,10 @@ def design(preset: Preset, records: dict[str, dict[str, Any]], rows: list[dict[s
         parts = [comp[src]["var"] for src in sources]
         sd_components = math.sqrt(sum(parts) + v / n) if None not in parts and n else None
         sd_spread = (row.get("pooled") or {}).get("sd")
-        sd = max(x for x in (sd_components, sd_spread) if x is not None) if (sd_components or sd_spread) else None
+        # The runs share their tasks, so the spread of their differences leaves the task sample's part out: put
+        # it back (v / n) before comparing it with the components' estimate.
+        sd_runs = math.sqrt(sd_spread ** 2 + v / n) if sd_spread is not None and n else None
+        sd = max(x for x in (sd_components, sd_runs) if x is not None) if (sd_components or sd_runs) else None
         power: dict[str, Any] = {"sources": sources, "task_variance": v, "n": n, "sd_components": sd_components,
                                  "sd_spread": sd_spread, "sd": sd, "effect": effect, "runs": runs}
         if effect and sd:

@@ -82,7 +82,8 @@ def test_the_controls_own_replicates_put_its_run_to_run_variance_in_the_power():
     for row in (r for r in rows if r["split"] == "all"):
         power = row["power"]
         assert power["sources"] == ["rollouts", "sft_order"] and power["runs"] == 3
-        assert power["sd"] == max(power["sd_components"], power["sd_spread"])
+        spread_and_tasks = (power["sd_spread"] ** 2 + power["task_variance"] / power["n"]) ** 0.5
+        assert power["sd"] == max(power["sd_components"], spread_and_tasks) > power["sd_spread"]
         assert row["verdict"] == "underpowered" and power["power"] < 0.3
     second = next(r for r in rows if r["split"] == "all" and r["reference_k"] != 2)
     assert round(100 * second["power"]["sd_spread"], 1) == 1.5 and second["power"]["sd_components"] > 0.05
