@@ -302,6 +302,55 @@ def hierarchical_difference(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]
     return {**out, "ci_low": lo, "ci_high": hi, "significant": both}
 
 
+TWO_GROUPS = ("hierarchical bootstrap over two groups of runs: each side's runs with replacement, then the "
+              "tasks with replacement (one resample shared by every drawn run); 10,000 resamples")
+
+
+def two_group_difference(news: Sequence[dict[str, Any]], olds: Sequence[dict[str, Any]], *, level: float = 0.95,
+                         n_boot: int = POOL_BOOT, seed: int = 0) -> dict[str, Any]:
+    """Pooled difference between two stochastic recipes, each run several times, whose runs are not paired
+    with each other (no run of one is the other's control): the mean success of the `news` runs minus the
+    mean of the `olds` runs, on the tasks every run played, with both recipes' run-to-run variance in the
+    interval. Bootstrap: per round, each side's runs drawn with replacement and one resample of the tasks
+    applied to all of them; beside it, Welch's t-interval over the two sides' run means
+    (Welch-Satterthwaite degrees of freedom). `per_run` is each `news` run's mean minus the `olds` mean.
+    Needs at least two runs a side (with one, `hierarchical_difference` against it)."""
+    import numpy as np
+
+    news = [n for n in news if n]
+    olds = [o for o in olds if o]
+    tasks = [set(run) for run in (*news, *olds)]
+    common = sorted(set.intersection(*tasks)) if tasks else []
+    if len(news) < 2 or len(olds) < 2 or not common:
+        raise ValueError(f"two_group_difference needs two runs a side on shared tasks (got {len(news)} and "
+                         f"{len(olds)} runs, {len(common)} shared tasks)")
+    a = np.array([[float(run[t]) for t in common] for run in news])
+    b = np.array([[float(run[t]) for t in common] for run in olds])
+    ma, mb = a.mean(axis=1), b.mean(axis=1)
+    delta = float(ma.mean() - mb.mean())
+    va, vb = ma.var(ddof=1) / len(ma), mb.var(ddof=1) / len(mb)
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va ** 2 / (len(ma) - 1) + vb ** 2 / (len(mb) - 1)) if se > 0 else float(len(ma) + len(mb) - 2)
+    half = t_quantile((1 + level) / 2, max(1, math.floor(df))) * se  # df floored: a little wider, and cached
+    rng = np.random.default_rng(seed)
+    n = len(common)
+    weights = rng.multinomial(n, np.full(n, 1 / n), size=n_boot)
+    means_a, means_b = weights @ a.T / n, weights @ b.T / n  # (n_boot, R): each run's mean on that round's tasks
+    pick_a = rng.integers(len(ma), size=(n_boot, len(ma)))
+    pick_b = rng.integers(len(mb), size=(n_boot, len(mb)))
+    stats = np.sort(np.take_along_axis(means_a, pick_a, axis=1).mean(axis=1)
+                    - np.take_along_axis(means_b, pick_b, axis=1).mean(axis=1))
+    lo = float(stats[int(math.floor((1 - level) / 2 * n_boot))])
+    hi = float(stats[min(n_boot - 1, int(math.ceil((1 + level) / 2 * n_boot)) - 1)])
+    per_run = [float(x - mb.mean()) for x in ma]
+    both = (lo > 0 or hi < 0) and (delta - half > 0 or delta + half < 0)
+    return {"runs": len(ma), "reference_runs": len(mb), "n": n, "per_run": per_run,
+            "reference_per_run": [float(x) for x in mb], "delta": delta, "sd": float(ma.std(ddof=1)),
+            "reference_sd": float(mb.std(ddof=1)), "spread": max(per_run) - min(per_run),
+            "t_ci_low": delta - half, "t_ci_high": delta + half, "df": df, "method": TWO_GROUPS,
+            "ci_low": lo, "ci_high": hi, "significant": both}
+
+
 def t_power(effect: float, sd: float, runs: int, level: float = 0.95) -> float:
     """Power of the two-sided t-test over `runs` per-run differences of standard deviation `sd` to detect a true
     mean difference `effect`: P(|T| > t_crit) with T noncentral t (R - 1 df, noncentrality effect / (sd /

@@ -279,8 +279,10 @@ def render_claims(rows: list[dict[str, Any]]) -> list[str]:
             sd = f"sd {100 * p['sd']:.1f}, " if p.get("sd") is not None else ""
             t = (f"; t over runs [{100 * p['t_ci_low']:+.1f}, {100 * p['t_ci_high']:+.1f}]"
                  if p.get("t_ci_low") is not None else "")
+            against = (f"; against the mean of {p['reference_runs']} reference runs, sd {100 * p['reference_sd']:.1f}"
+                       if p.get("reference_runs") else "")  # two recipes, each replicated (two_group_difference)
             table.append([name, r["split"], f"pooled over {p['runs']} runs (per run {runs}; {sd}spread "
-                          f"{100 * p['spread']:.0f} pts" + (f"; left out: {', '.join(r['missing'])}" if r["missing"] else "")
+                          f"{100 * p['spread']:.0f} pts{against}" + (f"; left out: {', '.join(r['missing'])}" if r["missing"] else "")
                           + ")", ", ".join(f"`{a}`" for a in p["references"]), "-",
                           diff(p) + t, "-", "-", verdict(r), "-"])
     return ["## Claims", "",
@@ -296,7 +298,9 @@ def render_claims(rows: list[dict[str, Any]]) -> list[str]:
             "with a 95% hierarchical bootstrap interval (runs with replacement, then the tasks with replacement, one "
             "resample shared by the drawn runs; 10,000 resamples), and a t-interval over the per-run differences "
             "beside it (R - 1 degrees of freedom); `excludes 0` asks both to exclude 0 (with few runs the bootstrap "
-            "alone is too narrow: tests/core/test_pooled_intervals.py). A claim of one run also gives its difference "
+            "alone is too narrow: tests/core/test_pooled_intervals.py). Against another recipe replicated on its own "
+            "(no run paired with one of its runs): the two groups' mean difference, both groups' runs resampled in "
+            "the bootstrap and Welch's t-interval over the two sides' run means beside it. A claim of one run also gives its difference "
             "+- 1.96 times the standard deviation of one run's difference from the variance components (the design "
             "section): its interval with the run-to-run variance put back, which must exclude 0 too. A claim whose interval covers 0 is "
             "`underpowered` when its power for the preset's `minimal_effect` is under 80% (the design section).", "",

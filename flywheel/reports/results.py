@@ -32,6 +32,7 @@ from flywheel.core.quality import (
     run_variance,
     runs_needed,
     t_power,
+    two_group_difference,
     wilson_interval,
 )
 from flywheel.core.settings import REPO_ROOT
@@ -295,7 +296,10 @@ def claims(preset: Preset, records: dict[str, dict[str, Any]]) -> list[dict[str,
     """The preset's `compare` claims, paired over the same tasks per split and pooled; a claim whose arm heads a
     `replicates` group is reported for each replicate that has run, each paired with its own reference
     (`reference_for`), and pooled over them (`flywheel.core.quality.hierarchical_difference`: runs, then
-    tasks; a t-interval over the per-run differences beside it)."""
+    tasks; a t-interval over the per-run differences beside it). Where the reference is another recipe that
+    heads a `replicates` group of its own (no run is paired with one of its runs), the pooled difference is
+    between the two groups' means with both groups' runs resampled (`two_group_difference`, Welch's t beside
+    it); each run's own row stays paired with the group's head."""
 
     rows = []
     for arm, k, ref, kref in preset.compare:
@@ -313,6 +317,12 @@ def claims(preset: Preset, records: dict[str, dict[str, Any]]) -> list[dict[str,
             continue
         kk = next(iter(news.values()))[0]
         old_k = next(iter(olds.values()))[0]
+        # The reference is another recipe run several times (a `replicates` group no run is paired with): the
+        # pooled difference is between the two groups' means, with both groups' runs resampled.
+        ref_runs = {}
+        if all(how == "as stated" for _, how in pairing.values()):
+            ref_runs = {o: got for o in preset.replicates.get(ref, [])
+                        if (got := claim_outcomes(preset, records, o, kref)) is not None}
         rewards = {m: claim_outcomes(preset, records, m, k, reward=True) for m in news}
         old_rewards = {m: claim_outcomes(preset, records, pairing[m][0], kref, reward=True) for m in news}
         splits = [s for s in next(iter(olds.values()))[1]
@@ -340,8 +350,13 @@ def claims(preset: Preset, records: dict[str, dict[str, Any]]) -> list[dict[str,
             row = {"arm": arm, "k": kk, "reference": ref, "reference_k": old_k, "split": s, "replicates": per,
                    "asked": [k, kref]}
             if len(members) > 1:
-                row["pooled"] = hierarchical_difference([(flat(n[1]), flat(olds[m][1])) for m, n in news.items()])
-                row["pooled"]["references"] = sorted({pairing[m][0] for m in news})
+                others = [o for o in ref_runs.values() if all(sp in o[1] for sp in pick)]
+                if len(news) > 1 and len(others) > 1:  # two recipes, each run several times: both variances
+                    row["pooled"] = two_group_difference([flat(n[1]) for n in news.values()], [flat(o[1]) for o in others])
+                    row["pooled"]["references"] = [o for o, got in ref_runs.items() if all(sp in got[1] for sp in pick)]
+                else:
+                    row["pooled"] = hierarchical_difference([(flat(n[1]), flat(olds[m][1])) for m, n in news.items()])
+                    row["pooled"]["references"] = sorted({pairing[m][0] for m in news})
                 row["missing"] = [unpaired[m] for m in members if m not in news]
             rows.append(row)
     return rows
@@ -454,7 +469,10 @@ def design(preset: Preset, records: dict[str, dict[str, Any]], rows: list[dict[s
                    run_source(preset, row["reference"], row["reference_k"] or 0, shares, order)]
         parts = [comp[src]["var"] for src in sources]
         sd_components = math.sqrt(sum(parts) + v / n) if None not in parts and n else None
-        sd_spread = (row.get("pooled") or {}).get("sd")
+        pooled = row.get("pooled") or {}
+        sd_spread = pooled.get("sd")
+        if pooled.get("reference_sd") is not None:  # two groups of runs: var(delta) = sd^2 / R + sd_ref^2 / R_ref
+            sd_spread = math.sqrt(sd_spread ** 2 + pooled["reference_sd"] ** 2 * runs / pooled["reference_runs"])
         # The runs share their tasks, so the spread of their differences leaves the task sample's part out: put
         # it back (v / n) before comparing it with the components' estimate.
         sd_runs = math.sqrt(sd_spread ** 2 + v / n) if sd_spread is not None and n else None

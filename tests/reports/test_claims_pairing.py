@@ -89,6 +89,32 @@ def test_the_controls_own_replicates_put_its_run_to_run_variance_in_the_power():
     assert round(100 * second["power"]["sd_spread"], 1) == 1.5 and second["power"]["sd_components"] > 0.05
 
 
+def test_a_replicated_reference_recipe_is_pooled_as_a_group_of_its_own():
+    """A claim against another recipe that heads a `replicates` group of its own (no run is paired with one of
+    its runs, as bpo's against RFT's): each run's row stays paired with the group's head, and the pooled
+    difference is the two groups' means apart, with the reference runs named and their spread in the power.
+    Here, from cpu-powered-scienceworld's committed arms, bpo-r1..r3 at k=1 against `bpo` and `bpo-lr5e5` at
+    k=1 made a group (same k=0, other recipes)."""
+    from flywheel.reports.results import at_k
+
+    preset, records = _committed("cpu-powered-scienceworld", ["bpo-r1@1 vs bpo-lr5e5@1"])
+    runs, refs = ["bpo-r1", "bpo-r2", "bpo-r3"], ["bpo-lr5e5", "bpo"]
+    preset = dataclasses.replace(preset, replicates={"bpo-r1": runs, "bpo-lr5e5": refs})
+    row = next(r for r in claims(preset, records) if r["split"] == "all")
+    assert {d["paired_with"] for d in row["replicates"].values()} == {"bpo-lr5e5"}
+    pooled = row["pooled"]
+    assert pooled["references"] == refs and (pooled["runs"], pooled["reference_runs"]) == (3, 2)
+
+    def rate(arm: str) -> float:
+        got = at_k(records[arm], 1)
+        return sum(got.values()) / len(got)
+
+    expect = sum(map(rate, runs)) / 3 - sum(map(rate, refs)) / 2
+    assert pooled["delta"] == pytest.approx(expect) and pooled["t_ci_low"] < expect < pooled["t_ci_high"]
+    design(preset, records, [row])  # the reference group's spread counts in the power's spread estimate
+    assert row["power"]["sd_spread"] > pooled["sd"]
+
+
 def test_arms_whose_commit_is_not_in_history_are_marked():
     head = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     got = commits_in_history([head, "0" * 40])
