@@ -23,19 +23,27 @@ from flywheel.core.quality import (
 )
 
 
+def simulated(rng, n: int, effect: float, runs: int, run_sd: float, ref_runs: int, ref_sd: float):
+    """One simulated experiment: n tasks drawn anew (the reference's success probability 0.25-0.5, the task's
+    own effect effect +- 0.1, shared by every run), `runs` runs and `ref_runs` reference runs, each shifted as a
+    whole by N(0, run_sd) or N(0, ref_sd) (the run-level variance); outcomes Bernoulli. (new, old, effects)."""
+    p = rng.uniform(0.25, 0.5, n)
+    eff = rng.uniform(effect - 0.1, effect + 0.1, n)
+    new = rng.random((runs, n)) < np.clip(p + eff + rng.normal(0, run_sd, (runs, 1)), 0, 1)
+    old = rng.random((ref_runs, n)) < np.clip(p + rng.normal(0, ref_sd, (ref_runs, 1)), 0, 1)
+    return new, old, eff
+
+
 def coverage(runs: int, run_sd: float, *, experiments: int = 300, n: int = 100, effect: float = 0.07,
              seed: int = 0) -> tuple[float, float, float]:
     """Share of simulated experiments whose 95% interval holds the true effect: (hierarchical bootstrap,
     t-interval over runs, either). Each experiment: n tasks drawn anew (control success probability 0.25-0.5,
-    the task's own effect effect +- 0.1, shared by every run), `runs` runs each paired with its own control,
-    each run and each control shifted as a whole by N(0, run_sd) (the run-level variance), outcomes Bernoulli."""
+    the task's own effect effect +- 0.1), `runs` runs each paired with its own control, each run and each
+    control shifted as a whole by N(0, run_sd): `simulated`."""
     rng = np.random.default_rng(seed)
     boot = t = either = 0
     for _ in range(experiments):
-        p = rng.uniform(0.25, 0.5, n)
-        eff = rng.uniform(effect - 0.1, effect + 0.1, n)
-        new = rng.random((runs, n)) < np.clip(p + eff + rng.normal(0, run_sd, (runs, 1)), 0, 1)
-        old = rng.random((runs, n)) < np.clip(p + rng.normal(0, run_sd, (runs, 1)), 0, 1)
+        new, old, _ = simulated(rng, n, effect, runs, run_sd, runs, run_sd)
         diffs = new.astype(float) - old
         lo, hi = pooled_bootstrap(diffs, n_boot=1000, rng=rng)
         ti = t_interval([float(x) for x in diffs.mean(axis=1)])
@@ -69,16 +77,14 @@ def two_group_coverage(runs: int, ref_runs: int, run_sd: float, ref_sd: float, *
     """Share of simulated experiments whose 95% interval holds the true effect when two recipes are each run
     several times and no run is paired with one of the other's: (the two-group interval with both groups'
     runs resampled, its Welch t-interval, the one-group interval that pairs every run with the reference's
-    first run, as a claim against a recipe run once does). Tasks and run shifts as in `coverage`."""
+    first run, as a claim against a recipe run once does). Tasks and run shifts: `simulated`."""
     rng = np.random.default_rng(seed)
     both = welch = one_ref = 0
     for _ in range(experiments):
-        p = rng.uniform(0.25, 0.5, n)
-        eff = rng.uniform(effect - 0.1, effect + 0.1, n)
-        new = rng.random((runs, n)) < np.clip(p + eff + rng.normal(0, run_sd, (runs, 1)), 0, 1)
-        old = rng.random((ref_runs, n)) < np.clip(p + rng.normal(0, ref_sd, (ref_runs, 1)), 0, 1)
+        new, old, eff = simulated(rng, n, effect, runs, run_sd, ref_runs, ref_sd)
         tasks = [f"t{i}" for i in range(n)]
-        got = two_group_difference([dict(zip(tasks, row, strict=True)) for row in new], [dict(zip(tasks, row, strict=True)) for row in old],
+        got = two_group_difference([dict(zip(tasks, row, strict=True)) for row in new],
+                                   [dict(zip(tasks, row, strict=True)) for row in old],
                                    n_boot=1000, seed=int(rng.integers(1 << 30)))
         target = float(eff.mean())
         both += got["ci_low"] <= target <= got["ci_high"]
