@@ -270,7 +270,15 @@ def pooled_bootstrap(diffs: Any, *, level: float = 0.95, n_boot: int = POOL_BOOT
     weights = rng.multinomial(n, np.full(n, 1 / n), size=n_boot)  # how often each task is drawn, per round
     means = weights @ diffs.T / n  # (n_boot, R): each run's mean over that round's tasks
     picks = rng.integers(r, size=(n_boot, r))
-    stats = np.sort(np.take_along_axis(means, picks, axis=1).mean(axis=1))
+    return percentile_interval(np.take_along_axis(means, picks, axis=1).mean(axis=1), level)
+
+
+def percentile_interval(stats: Any, level: float = 0.95) -> tuple[float, float]:
+    """The percentile interval of bootstrap statistics `stats` (one per resample)."""
+    import numpy as np
+
+    stats = np.sort(stats)
+    n_boot = len(stats)
     lo = float(stats[int(math.floor((1 - level) / 2 * n_boot))])
     hi = float(stats[min(n_boot - 1, int(math.ceil((1 + level) / 2 * n_boot)) - 1)])
     return lo, hi
@@ -338,10 +346,8 @@ def two_group_difference(news: Sequence[dict[str, Any]], olds: Sequence[dict[str
     means_a, means_b = weights @ a.T / n, weights @ b.T / n  # (n_boot, R): each run's mean on that round's tasks
     pick_a = rng.integers(len(ma), size=(n_boot, len(ma)))
     pick_b = rng.integers(len(mb), size=(n_boot, len(mb)))
-    stats = np.sort(np.take_along_axis(means_a, pick_a, axis=1).mean(axis=1)
-                    - np.take_along_axis(means_b, pick_b, axis=1).mean(axis=1))
-    lo = float(stats[int(math.floor((1 - level) / 2 * n_boot))])
-    hi = float(stats[min(n_boot - 1, int(math.ceil((1 + level) / 2 * n_boot)) - 1)])
+    lo, hi = percentile_interval(np.take_along_axis(means_a, pick_a, axis=1).mean(axis=1)
+                                 - np.take_along_axis(means_b, pick_b, axis=1).mean(axis=1), level)
     per_run = [float(x - mb.mean()) for x in ma]
     both = (lo > 0 or hi < 0) and (delta - half > 0 or delta + half < 0)
     return {"runs": len(ma), "reference_runs": len(mb), "n": n, "per_run": per_run,

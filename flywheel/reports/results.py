@@ -350,10 +350,11 @@ def claims(preset: Preset, records: dict[str, dict[str, Any]]) -> list[dict[str,
             row = {"arm": arm, "k": kk, "reference": ref, "reference_k": old_k, "split": s, "replicates": per,
                    "asked": [k, kref]}
             if len(members) > 1:
-                others = [o for o in ref_runs.values() if all(sp in o[1] for sp in pick)]
+                others = {o: got for o, got in ref_runs.items() if all(sp in got[1] for sp in pick)}
                 if len(news) > 1 and len(others) > 1:  # two recipes, each run several times: both variances
-                    row["pooled"] = two_group_difference([flat(n[1]) for n in news.values()], [flat(o[1]) for o in others])
-                    row["pooled"]["references"] = [o for o, got in ref_runs.items() if all(sp in got[1] for sp in pick)]
+                    row["pooled"] = two_group_difference([flat(n[1]) for n in news.values()],
+                                                         [flat(o[1]) for o in others.values()])
+                    row["pooled"]["references"] = list(others)
                 else:
                     row["pooled"] = hierarchical_difference([(flat(n[1]), flat(olds[m][1])) for m, n in news.items()])
                     row["pooled"]["references"] = sorted({pairing[m][0] for m in news})
